@@ -1,0 +1,3 @@
+from methodlab.cli.main import main
+
+main()

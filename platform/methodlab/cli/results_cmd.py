@@ -1,0 +1,106 @@
+"""`methodlab results DIR [DIR2 ... --compare]`: the summary table and learning-curve PNGs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import typer
+from rich.table import Table
+
+from methodlab.cli.common import console, example, friendly
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def show_table(run_dir: str, max_rows: int = 20) -> None:
+    from methodlab.runners.results import read_summary
+
+    df = read_summary(run_dir)
+    if not len(df):
+        console.print("(no trials)")
+        return
+    metric = df["metric"].iloc[0]
+    params = [c for c in df.columns if c.startswith("config/")]
+    varying = [c for c in params if df[c].astype(str).nunique() > 1] if len(df) > 1 else []
+    extra = [c for c in ("final/t_mem", "final/t_gen", "final/step", "final/training_iteration") if c in df]
+    table = Table(title=f"{run_dir}  (sorted by {metric}, best first)")
+    for col in ["trial_id", "status", *varying, "best", "checkpoint_metric", *extra]:
+        table.add_column(col.replace("config/", "").replace("final/", ""))
+    for _, row in df.head(max_rows).iterrows():
+        table.add_row(*[_fmt(row.get(c)) for c in ["trial_id", "status", *varying, "best", "checkpoint_metric", *extra]])
+    console.print(table)
+
+
+def plot_curves(run_dirs: list[str], out: Path, metrics: list[str] | None = None) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from methodlab.runners.results import read_history, read_summary
+
+    frames = []
+    for d in run_dirs:
+        h = read_history(d)
+        if h is not None and len(h):
+            frames.append((Path(d).name, h, read_summary(d)["metric"].iloc[0]))
+    if not frames:
+        return None
+    keys = metrics or list(dict.fromkeys([frames[0][2]] + [k for k in ("train/accuracy", "rf", "cdnv") if k in frames[0][1]]))
+    xcol = "step" if "step" in frames[0][1] else "training_iteration"
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for label, h, _ in frames:
+            for tid, part in h.groupby("trial_id"):
+                if key in part and xcol in part:
+                    name = tid if len(frames) == 1 else f"{label}/{tid}"
+                    ax.plot(part[xcol], part[key], label=name[:32], lw=1.2)
+        ax.set_title(key)
+        ax.set_xlabel(xcol)
+        if key in ("rf", "cdnv"):
+            ax.set_yscale("log")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def results(
+    run_dirs: List[str] = typer.Argument(..., help="Run or sweep folders (with summary.parquet)."),
+    compare: bool = typer.Option(False, "--compare", help="Side by side: mean and spread of each folder's best."),
+    metric: List[str] = typer.Option(None, "--metric", help="Metrics to plot (default: primary + key curves)."),
+) -> None:
+    """Print the summary table(s) and write curves.png beside each summary.parquet."""
+    _results(run_dirs, compare, metric)
+
+
+@friendly
+def _results(run_dirs, compare, metric) -> None:
+    from methodlab.runners.results import read_summary
+
+    if compare:
+        table = Table("folder", "trials", "metric", "mean best", "std", "min", "max")
+        for d in run_dirs:
+            df = read_summary(d)
+            b = df["best"].astype(float)
+            table.add_row(d, str(len(df)), df["metric"].iloc[0], _fmt(b.mean()), _fmt(b.std(ddof=0)), _fmt(b.min()), _fmt(b.max()))
+        console.print(table)
+        out = plot_curves(run_dirs, Path(run_dirs[0]) / "compare.png", metric or None)
+        if out:
+            console.print(f"curves: {out}")
+        return
+    for d in run_dirs:
+        show_table(d)
+        out = plot_curves([d], Path(d) / "curves.png", metric or None)
+        if out:
+            console.print(f"curves: {out}")
+
+
+results.__doc__ += "\n\n" + example("methodlab results results/quickstart")  # type: ignore[operator]

@@ -1,0 +1,1 @@
+"""Ray Jobs submission and KubeRay manifests."""

@@ -1,0 +1,165 @@
+"""Checkpoint directories: config.json + weights.safetensors (+ torch_state.pt) + state.json + extras.
+
+Nothing is unpickled: tensors come from safetensors, optimizer state from torch.load(weights_only=True),
+everything else is JSON. Writes are atomic: a sibling temp dir is filled, then renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from methodlab.core.errors import CheckpointError
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "weights.safetensors"
+TORCH_STATE_FILE = "torch_state.pt"
+STATE_FILE = "state.json"
+
+
+@dataclass
+class LoadedCheckpoint:
+    path: Path
+    method: str
+    version: str
+    config: dict
+    weights: dict  # name -> tensor
+    state: dict
+    torch_state: dict | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def extra(self, name: str) -> Any:
+        if name not in self.extras:
+            raise CheckpointError(f"{self.path}: checkpoint has no extra {name!r}")
+        return self.extras[name]
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_json(path: Path, data: Any) -> None:
+    Path(path).write_text(json.dumps(data, indent=1, default=_json_default, allow_nan=True))
+
+
+def save_checkpoint(
+    directory: str | Path,
+    *,
+    method: str,
+    config: Any,
+    weights: dict,
+    state: dict,
+    torch_state: dict | None = None,
+    extras: dict[str, Any] | None = None,
+    version: str = "1",
+) -> Path:
+    """Write a checkpoint atomically into `directory` (replaced if it exists)."""
+    from safetensors.torch import save_file
+    import torch
+
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        cfg = config.model_dump(mode="json") if hasattr(config, "model_dump") else dict(config)
+        write_json(tmp / CONFIG_FILE, {"method": method, "version": version, "config": cfg})
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
+        save_file(tensors, str(tmp / WEIGHTS_FILE))
+        if torch_state is not None:
+            torch.save(torch_state, tmp / TORCH_STATE_FILE)
+        write_json(tmp / STATE_FILE, state)
+        for name, value in (extras or {}).items():
+            write_json(tmp / f"extra_{name}.json", value)
+        _fsync_dir(tmp)
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
+            os.replace(directory, old)
+            os.replace(tmp, directory)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def _fsync_dir(path: Path) -> None:
+    for f in path.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
+def read_config(directory: str | Path) -> dict:
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; not a methodlab checkpoint directory")
+    try:
+        data = json.loads(path.read_text())
+        return {"method": data["method"], "version": str(data.get("version", "1")), "config": data["config"]}
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: corrupted ({err.__class__.__name__}: {err})") from None
+
+
+def load_checkpoint(directory: str | Path, *, method: str | None = None, load_torch_state: bool = False) -> LoadedCheckpoint:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    import torch
+
+    directory = Path(directory)
+    head = read_config(directory)
+    if method is not None and head["method"] != method:
+        raise CheckpointError(f"{directory}: checkpoint of method {head['method']!r}, expected {method!r}")
+    wpath = directory / WEIGHTS_FILE
+    try:
+        weights = load_file(str(wpath))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{wpath}: unreadable or truncated ({err})") from None
+    spath = directory / STATE_FILE
+    try:
+        state = json.loads(spath.read_text()) if spath.exists() else {}
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{spath}: corrupted ({err})") from None
+    torch_state = None
+    tpath = directory / TORCH_STATE_FILE
+    if load_torch_state and tpath.exists():
+        try:
+            torch_state = torch.load(tpath, map_location="cpu", weights_only=True)
+        except Exception as err:  # truncated zip, foreign pickle: never fall back to full unpickling
+            raise CheckpointError(f"{tpath}: unreadable ({err.__class__.__name__}: {err})") from None
+    extras = {}
+    for f in sorted(directory.glob("extra_*.json")):
+        try:
+            extras[f.stem[len("extra_"):]] = json.loads(f.read_text())
+        except json.JSONDecodeError as err:
+            raise CheckpointError(f"{f}: corrupted ({err})") from None
+    return LoadedCheckpoint(directory, head["method"], head["version"], head["config"], weights, state, torch_state, extras)
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """Newest complete checkpoint directory under root (by state.json step, then name)."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    best, best_key = None, None
+    for d in root.rglob(CONFIG_FILE):
+        cdir = d.parent
+        if any(p.startswith(".") for p in cdir.relative_to(root).parts):
+            continue  # temp dirs of an interrupted write
+        try:
+            step = json.loads((cdir / STATE_FILE).read_text()).get("step", -1)
+        except (OSError, json.JSONDecodeError):
+            continue
+        key = (step, cdir.stat().st_mtime)
+        if best_key is None or key > best_key:
+            best, best_key = cdir, key
+    return best

@@ -1,0 +1,69 @@
+"""The method contract: a plain SPEC record per method and the base of its typed config."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def import_object(path: str) -> Any:
+    """Resolve "package.module:attr" (the form used by the registry and SPEC fields)."""
+    module, _, attr = path.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split(".") if attr else []:
+        obj = getattr(obj, part)
+    return obj
+
+
+class MethodConfig(BaseModel):
+    """Base of every method config: unknown keys are errors, assignments are validated.
+
+    Subclasses set the class variables: `primary_metric`/`mode` (what sweeps and the
+    conformance test optimise and check) and `smoke` (overrides that make a run take seconds).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+    seed: int = Field(0, description="Seed for every random generator of the run.")
+
+    primary_metric: ClassVar[str] = "eval/accuracy"
+    mode: ClassVar[Literal["max", "min"]] = "max"
+    smoke: ClassVar[dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What the registry knows of a method. Only strings: importing a SPEC imports no torch stack."""
+
+    slug: str
+    title: str
+    paper: str
+    config: str  # "module:ConfigClass"
+    fit: str  # "module:fit" for the default setting "train"
+    predictor: str  # "module:Predictor"
+    reproduce: str | None = None  # "module:main"
+    settings: dict[str, str] = field(default_factory=dict)  # extra settings -> "module:fit"
+    family: str = "core"  # pip extra that provides the method's libraries
+    version: str = "1"
+
+    def config_cls(self) -> type[MethodConfig]:
+        return import_object(self.config)
+
+    def fit_fn(self, setting: str = "train") -> Callable:
+        if setting == "train":
+            return import_object(self.fit)
+        if setting not in self.settings:
+            from methodlab.core.errors import ConfigError
+
+            allowed = ", ".join(["train", *self.settings])
+            raise ConfigError(f"unknown setting {setting!r} for {self.slug}; allowed: {allowed}", field="setting")
+        return import_object(self.settings[setting])
+
+    def setting_names(self) -> list[str]:
+        return ["train", *self.settings]
+
+    def predictor_cls(self) -> Any:
+        return import_object(self.predictor)

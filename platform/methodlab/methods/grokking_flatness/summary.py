@@ -1,0 +1,39 @@
+"""Grokking timing from a metric history: t_mem, t_gen, delay, steepest RF / CDNV drops."""
+
+from __future__ import annotations
+
+import math
+
+
+def first_step(history: list[dict], key: str, threshold: float, window: int = 1) -> int:
+    """First logged step where the best of the last `window` logs of `key` >= threshold (-1: never).
+    window 3 for train accuracy: single-log dips at high learning rates recover within 100 steps."""
+    for i, h in enumerate(history):
+        recent = [x[key] for x in history[max(0, i - window + 1): i + 1] if key in x]
+        if recent and max(recent) >= threshold:
+            return int(h["step"])
+    return -1
+
+
+def steepest_log_drop(history: list[dict], key: str, where=None) -> int:
+    """Step ending the interval with the steepest decrease of log(key) per step (-1 if none)."""
+    rows = [h for h in history if key in h and h[key] > 0 and (where is None or where(h))]
+    best, best_step = 0.0, -1
+    for a, b in zip(rows, rows[1:]):
+        rate = (math.log(b[key]) - math.log(a[key])) / max(1, b["step"] - a["step"])
+        if rate < best:
+            best, best_step = rate, int(b["step"])
+    return best_step
+
+
+def grokking_summary(history: list[dict]) -> dict:
+    t_mem = first_step(history, "train/accuracy", 0.99, window=3)
+    t_gen = first_step(history, "val/accuracy", 0.95)
+    memorised = lambda h: h.get("train/accuracy", 0) >= 0.99  # noqa: E731
+    return {
+        "t_mem": t_mem,
+        "t_gen": t_gen,
+        "delay": t_gen - t_mem if t_mem >= 0 and t_gen >= 0 else -1,
+        "rf_drop_step": steepest_log_drop(history, "rf", memorised),
+        "cdnv_drop_step": steepest_log_drop(history, "cdnv"),
+    }

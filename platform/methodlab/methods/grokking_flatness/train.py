@@ -1,0 +1,142 @@
+"""grokking_flatness training loop, top to bottom: data, model, AdamW with decoupled weight decay,
+the regularizers, measurements at log steps, checkpoints, resume, grokking summary metrics."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.methods.grokking_flatness import measures
+from methodlab.methods.grokking_flatness.config import Config
+from methodlab.methods.grokking_flatness.data import build_data
+from methodlab.methods.grokking_flatness.evaluate import evaluate, forward_task
+from methodlab.methods.grokking_flatness.model import build_model
+from methodlab.methods.grokking_flatness.summary import grokking_summary
+
+SLUG = "grokking_flatness"
+
+
+def make_optimizer(model, cfg: Config):
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                             weight_decay=cfg.weight_decay)
+
+
+def lr_at(step: int, cfg: Config) -> float:
+    """Linear warm-up then constant; for anti_flat after cancellation: bump, then cosine to 1e-4."""
+    if cfg.reg == "anti_flat" and step >= cfg.cancel_at and cfg.cancel_at < cfg.max_steps:
+        bumped = cfg.lr * cfg.lr_bump
+        if not cfg.cancel_cosine:
+            return bumped
+        frac = (step - cfg.cancel_at) / max(1, cfg.max_steps - cfg.cancel_at)
+        return 1e-4 + 0.5 * (bumped - 1e-4) * (1 + math.cos(math.pi * frac))
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    return cfg.lr
+
+
+def batch_indices(step: int, n: int, batch: int, seed: int) -> torch.Tensor:
+    """Deterministic epoch permutations, so a resumed run sees the same batches as an uninterrupted one."""
+    per_epoch = math.ceil(n / batch)
+    epoch, k = divmod(step, per_epoch)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(n, generator=g)
+    return perm[k * batch:(k + 1) * batch]
+
+
+def is_log_step(step: int, last_log: int, cfg: Config) -> bool:
+    if step == cfg.max_steps:
+        return True
+    if step <= cfg.log_dense_until or cfg.log_growth == 1.0:
+        return step % cfg.log_every == 0
+    return step - last_log >= max(cfg.log_every, int(last_log * (cfg.log_growth - 1)))
+
+
+def regularizer(cfg: Config, step: int, model, logits, hidden, y) -> torch.Tensor | None:
+    """The term added to the cross-entropy (None when off). phi = features at the answer position."""
+    if cfg.reg == "none":
+        return None
+    phi = hidden if cfg.task == "digits" else hidden[:, 0]  # the model returns RHS positions only
+    z = logits if cfg.task == "digits" else logits[:, 0]
+    lam = cfg.lam_value
+    if cfg.reg == "collapse_prevent":
+        return -lam * measures.batch_cdnv(phi, y)
+    if cfg.reg == "collapse_encourage":
+        return lam * measures.batch_cdnv(phi, y)
+    if step < cfg.cancel_at:  # anti_flat: pushes the model away from relative flatness
+        return -lam * measures.anti_flat_term(model.W, phi, z, cfg.tau)
+    return None
+
+
+def fit(cfg: Config, ctx: RunContext) -> dict:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    data = build_data(cfg)
+    model = build_model(cfg, data.vocab_size)
+    opt = make_optimizer(model, cfg)
+    batch = min(cfg.batch_size, math.ceil(len(data.y_train) / 2))
+
+    step, history = 0, []
+    if ctx.checkpoint is not None:
+        ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
+        model.load_state_dict(ck.weights)
+        opt.load_state_dict(ck.torch_state["optimizer"])
+        step, history = int(ck.state["step"]), list(ck.extras.get("history", []))
+    ctx.history[:] = history  # curves stay continuous across a resume
+    model = ctx.prepare_model(model)
+    core = getattr(model, "module", model)
+
+    def writer(final: bool = False):
+        def write(d: Path) -> None:
+            save_checkpoint(d, method=SLUG, config=cfg, weights=core.state_dict(),
+                            torch_state={"optimizer": opt.state_dict()},
+                            state={"step": step, "final": final, "metrics": ctx.history[-1] if ctx.history else {}},
+                            extras={"history": ctx.history})
+        return write
+
+    last_log, stop_at = (history[-1]["step"] if history else 0), None
+    for h in history:
+        if cfg.stop_at_val_acc and h["val/accuracy"] >= cfg.stop_at_val_acc and stop_at is None:
+            stop_at = h["step"] + cfg.stop_after_steps
+    while step < cfg.max_steps and (stop_at is None or step < stop_at):
+        lr = lr_at(step, cfg)
+        for group in opt.param_groups:
+            group["lr"] = lr
+            if cfg.reg == "anti_flat" and step >= cfg.cancel_at and cfg.cancel_weight_decay is not None:
+                group["weight_decay"] = cfg.cancel_weight_decay
+        idx = batch_indices(step, len(data.y_train), batch, cfg.seed)
+        xb = (data.x_train[idx], data.y_train[idx]) if cfg.task == "digits" else data.x_train[idx]
+        loss, _, logits, hidden, y = forward_task(model, xb, cfg.task)
+        reg = regularizer(cfg, step, core, logits, hidden, y)
+        total = loss if reg is None else loss + reg
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        opt.step()
+        if cfg.reg == "anti_flat":  # Frobenius cap: without it the anti-flat term diverges by inflating W
+            with torch.no_grad():
+                norm = core.W.norm()
+                if norm > cfg.w_cap:
+                    core.W.mul_(cfg.w_cap / norm)
+        step += 1
+
+        if is_log_step(step, last_log, cfg):
+            last_log = step
+            metrics = {"step": step, "lr": lr, "train/batch_loss": loss.item(),
+                       "reg/term": 0.0 if reg is None else reg.item(),
+                       "reg/active": float(reg is not None), **evaluate(core, data, cfg)}
+            metrics.update(grokking_summary(ctx.history + [metrics]))
+            if stop_at is None and cfg.stop_at_val_acc and metrics["val/accuracy"] >= cfg.stop_at_val_acc:
+                stop_at = step + cfg.stop_after_steps
+            done = step >= cfg.max_steps or (stop_at is not None and step >= stop_at)
+            save = done or step % cfg.checkpoint_every == 0
+            ctx.report(metrics, checkpoint=writer(final=done) if save else None)
+    if not ctx.history or ctx.history[-1]["step"] != step:  # resumed at the very end: report once
+        metrics = {"step": step, **evaluate(core, data, cfg)}
+        metrics.update(grokking_summary(ctx.history + [metrics]))
+        ctx.report(metrics, checkpoint=writer(final=True))
+    return ctx.history[-1]

@@ -1,0 +1,78 @@
+"""The local runner: `fit` in this process. Same RunContext contract as the Ray runners, same
+run-folder layout (metrics.jsonl, checkpoints/, job.yaml, summary.parquet); re-running the same
+name resumes from the newest checkpoint at its step."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from methodlab.core import RunContext
+from methodlab.core.checkpoint import latest_checkpoint
+from methodlab.core.registry import get_spec
+from methodlab.runners.progress import Progress
+from methodlab.runners.results import write_run_summary
+
+
+def persist_checkpoint(src: Path, root: Path, step: int, keep: int | None) -> Path:
+    """Copy a filled checkpoint dir to root/checkpoint_<step> atomically, then prune old ones."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"checkpoint_{step:010d}"
+    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-tmp-", dir=root))
+    shutil.copytree(src, tmp, dirs_exist_ok=True)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    if keep:
+        olds = sorted(p for p in root.glob("checkpoint_*") if p.is_dir())
+        for old in olds[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def write_job_record(run_dir: Path, loaded, name: str, storage: str, runner: str) -> None:
+    record = loaded.job.model_dump(mode="json")
+    record["config"] = loaded.config.model_dump(mode="json")
+    record["run"]["name"], record["run"]["storage_path"] = name, storage
+    record["_runner"] = runner
+    (run_dir / "job.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+
+
+def run_local(loaded, name: str, storage: str, *, quiet: bool = False, fresh: bool = False) -> dict:
+    spec = get_spec(loaded.job.method)
+    run_dir = Path(storage) / name
+    if fresh and run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_job_record(run_dir, loaded, name, storage, "local")
+    ckpt_root = run_dir / "checkpoints"
+    resume = latest_checkpoint(ckpt_root)
+    cfg = loaded.config
+    progress = Progress(spec.slug, type(cfg).primary_metric, quiet=quiet)
+    if resume is not None:
+        progress.note(f"resuming from {resume}")
+    keep = loaded.job.run.checkpoint.num_to_keep
+    metrics_file = run_dir / "metrics.jsonl"
+    t0 = time.time()
+
+    def report(metrics: dict, ckpt_dir: Path | None) -> None:
+        row = {**metrics, "_time": round(time.time() - t0, 3)}
+        if ckpt_dir is not None:
+            step = int(metrics.get("step", metrics.get("epoch", len(ctx.history))))
+            row["_checkpoint"] = str(persist_checkpoint(ckpt_dir, ckpt_root, step, keep))
+        with metrics_file.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        progress.update(metrics)
+
+    ctx = RunContext(seed=cfg.seed, checkpoint=resume, report_fn=report, quiet=quiet)
+    fit = spec.fit_fn(loaded.job.setting)
+    final = fit(cfg, ctx) or (ctx.history[-1] if ctx.history else {})
+    progress.done()
+    summary = write_run_summary(run_dir, spec.slug, cfg, final, latest_checkpoint(ckpt_root))
+    return {"run_dir": str(run_dir), "metrics": final, "summary": summary}

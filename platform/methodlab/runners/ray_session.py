@@ -1,0 +1,27 @@
+"""Starting or attaching to Ray: embedded local Ray unless --address / RAY_ADDRESS names a cluster."""
+
+from __future__ import annotations
+
+import os
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, quiet: bool = False) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    kwargs: dict = {"address": target, "log_to_driver": not quiet, "configure_logging": True}
+    if target == "local":
+        # The dashboard stays on: Train-in-Tune relies on it to clean up placement groups (RAY_NOTES 2).
+        kwargs.update(num_cpus=num_cpus, include_dashboard=True, dashboard_host="127.0.0.1")
+    if quiet:
+        kwargs["logging_level"] = "WARNING"
+    ray.init(**kwargs)
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,116 @@
+"""summary.parquet (one row per run or trial) and history.parquet (every report), plus reading them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+SUMMARY = "summary.parquet"
+HISTORY = "history.parquet"
+
+
+def _flat(prefix: str, d: dict) -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(key + ".", v))
+        elif isinstance(v, (list, tuple)):
+            out[key] = json.dumps(v)
+        else:
+            out[key] = v
+    return out
+
+
+def _numeric(d: dict) -> dict:
+    return {k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_")}
+
+
+def read_history_jsonl(path: Path) -> list[dict]:
+    """Reports of a run, deduplicated by step (a resumed run re-reports what followed its checkpoint)."""
+    if not path.exists():
+        return []
+    rows: dict[Any, dict] = {}
+    for i, line in enumerate(path.read_text().splitlines()):
+        if line.strip():
+            row = json.loads(line)
+            rows[row.get("step", i)] = row
+    return list(rows.values())
+
+
+def write_run_summary(run_dir: Path, slug: str, cfg, final: dict, checkpoint: Path | None) -> pd.DataFrame:
+    cls = type(cfg)
+    history = read_history_jsonl(run_dir / "metrics.jsonl")
+    metric, mode = cls.primary_metric, cls.mode
+    values = [h[metric] for h in history if isinstance(h.get(metric), (int, float))]
+    best = (max(values) if mode == "max" else min(values)) if values else math.nan
+    row = {"trial_id": run_dir.name, "method": slug, "status": "TERMINATED", "metric": metric, "mode": mode,
+           "best": best, "checkpoint": str(checkpoint) if checkpoint else None, "checkpoint_metric": final.get(metric),
+           "iterations": len(history), **_flat("config/", cfg.model_dump(mode="json")),
+           **{f"final/{k}": v for k, v in _numeric(final).items()}}
+    df = pd.DataFrame([row])
+    df.to_parquet(run_dir / SUMMARY)
+    if history:
+        hist = pd.DataFrame([{"trial_id": run_dir.name, **_numeric(h)} for h in history])
+        hist.to_parquet(run_dir / HISTORY)
+    return df
+
+
+def write_sweep_summary(sweep_dir: Path, slug: str, result_grid, metric: str, mode: str, params: list[str]) -> pd.DataFrame:
+    rows, hist = [], []
+    for res in result_grid:
+        trial_id = Path(res.path).name if res.path else "?"
+        cfg = res.config or {}
+        metrics = res.metrics or {}
+        df = res.metrics_dataframe
+        best_ckpt, best_val = None, None
+        for ckpt, m in res.best_checkpoints or []:
+            v = m.get(metric)
+            if v is None:
+                continue
+            if best_val is None or (v > best_val if mode == "max" else v < best_val):
+                best_ckpt, best_val = ckpt, v
+        if best_ckpt is None and res.checkpoint is not None:
+            best_ckpt, best_val = res.checkpoint, metrics.get(metric)
+        if best_ckpt is None and metrics.get("checkpoint_path"):  # Train-in-Tune trials
+            best_ckpt, best_val = metrics["checkpoint_path"], metrics.get(metric)
+        series = df[metric].dropna() if df is not None and metric in df else pd.Series(dtype=float)
+        best = (series.max() if mode == "max" else series.min()) if len(series) else math.nan
+        rows.append({"trial_id": metrics.get("trial_id", trial_id), "method": slug,
+                     "status": "ERROR" if res.error else "TERMINATED", "error": str(res.error)[:500] if res.error else None,
+                     "metric": metric, "mode": mode, "best": best,
+                     "checkpoint": getattr(best_ckpt, "path", best_ckpt), "checkpoint_metric": best_val,
+                     "iterations": metrics.get("training_iteration", 0), "path": res.path,
+                     **{f"config/{p}": (json.dumps(cfg.get(p)) if isinstance(cfg.get(p), (list, dict)) else cfg.get(p))
+                        for p in params},
+                     **{f"final/{k}": v for k, v in _numeric(metrics).items() if k not in ("time_this_iter_s", "pid")}})
+        if df is not None and len(df):
+            keep = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not c.startswith("_")]
+            part = df[keep].copy()
+            part.insert(0, "trial_id", rows[-1]["trial_id"])
+            hist.append(part)
+    table = pd.DataFrame(rows)
+    if len(table):
+        table = table.sort_values("checkpoint_metric", ascending=(mode == "min"), na_position="last").reset_index(drop=True)
+    table.to_parquet(sweep_dir / SUMMARY)
+    if hist:
+        pd.concat(hist, ignore_index=True).to_parquet(sweep_dir / HISTORY)
+    return table
+
+
+def read_summary(run_dir: str | Path) -> pd.DataFrame:
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        from methodlab.core.errors import MethodlabError
+
+        raise MethodlabError(f"{path}: not found; results come from `methodlab run` or `methodlab tune`")
+    return pd.read_parquet(path)
+
+
+def read_history(run_dir: str | Path) -> pd.DataFrame | None:
+    path = Path(run_dir) / HISTORY
+    return pd.read_parquet(path) if path.exists() else None

@@ -1,0 +1,113 @@
+"""The train runner: one method's `fit` in a Ray Train V2 TorchTrainer worker group.
+
+Re-running with the same name and storage path resumes from the newest checkpoint (Ray Train's own
+restoration, or failing that the newest checkpoint folder in the run directory). Train V2 keeps no
+per-report history, so a controller callback appends every rank-0 report to metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ray.train import UserCallback
+
+from methodlab.core import RunContext
+from methodlab.core.checkpoint import latest_checkpoint
+from methodlab.core.registry import get_spec
+
+
+class MetricsRecorder(UserCallback):
+    """Runs on the Train controller: one JSON line per report (rank 0's metrics + checkpoint path)."""
+
+    def __init__(self, path: str):
+        self.path, self.t0 = path, time.time()
+
+    def after_report(self, run_context, metrics, checkpoint):
+        row = {**(metrics[0] if metrics else {}), "_time": round(time.time() - self.t0, 3)}
+        if checkpoint is not None:
+            row["_checkpoint"] = checkpoint.path
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(row, default=float) + "\n")
+
+
+def worker_loop(payload: dict) -> None:
+    """Body of every Train worker: rebuild the validated config, wire RunContext to ray.train."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    spec = get_spec(payload["method"])
+    cfg = spec.config_cls().model_validate(payload["config"])
+    if payload.get("torch_threads"):
+        torch.set_num_threads(payload["torch_threads"])
+    tctx = ray.train.get_context()
+    resume = None
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        resume = Path(ckpt.to_directory())
+    elif payload.get("resume_from"):
+        resume = Path(payload["resume_from"])
+
+    def report(metrics: dict, ckpt_dir: Path | None) -> None:
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)) if ckpt_dir else None)
+
+    ctx = RunContext(rank=tctx.get_world_rank(), world_size=tctx.get_world_size(), device=ray.train.torch.get_device(),
+                     seed=cfg.seed, checkpoint=resume, report_fn=report,
+                     prepare_model_fn=ray.train.torch.prepare_model, prepare_loader_fn=ray.train.torch.prepare_data_loader)
+    spec.fit_fn(payload.get("setting", "train"))(cfg, ctx)
+
+
+def build_trainer(loaded, name: str, storage: str, *, callbacks=(), resume_from: str | None = None,
+                  controller_failure_limit: int = 3):
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    job = loaded.job
+    sc = job.scaling
+    resources = {"CPU": sc.cpus_per_worker, **sc.resources_per_worker}
+    if sc.use_gpu:
+        resources["GPU"] = sc.gpus_per_worker or 1
+    ck = job.run.checkpoint
+    payload = {"method": job.method, "setting": job.setting, "config": loaded.config.model_dump(mode="json"),
+               "torch_threads": sc.torch_threads or max(1, int(sc.cpus_per_worker)), "resume_from": resume_from}
+    return TorchTrainer(
+        worker_loop,
+        train_loop_config=payload,
+        scaling_config=ScalingConfig(num_workers=sc.num_workers, use_gpu=sc.use_gpu, resources_per_worker=resources),
+        run_config=RunConfig(
+            name=name, storage_path=storage,
+            checkpoint_config=CheckpointConfig(num_to_keep=ck.num_to_keep, checkpoint_score_attribute=ck.score_attribute,
+                                               checkpoint_score_order=ck.score_order),
+            # controller_failure_limit: a leaked placement group fails the run instead of hanging it.
+            failure_config=FailureConfig(max_failures=job.run.max_failures, controller_failure_limit=controller_failure_limit),
+            callbacks=list(callbacks),
+        ),
+    )
+
+
+def run_train(loaded, name: str, storage: str, *, address: str | None = None, quiet: bool = False) -> dict:
+    from methodlab.runners.local import write_job_record
+    from methodlab.runners.paths import is_uri
+    from methodlab.runners.ray_session import init_ray
+    from methodlab.runners.results import write_run_summary
+
+    init_ray(address, quiet=quiet)
+    spec = get_spec(loaded.job.method)
+    run_dir = Path(storage) / name
+    local = not is_uri(storage)
+    resume_from = None
+    if local:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_job_record(run_dir, loaded, name, storage, "train")
+        found = latest_checkpoint(run_dir)
+        resume_from = str(found) if found else None
+    callbacks = [MetricsRecorder(str(run_dir / "metrics.jsonl"))] if local else []
+    trainer = build_trainer(loaded, name, storage, callbacks=callbacks, resume_from=resume_from)
+    result = trainer.fit()
+    final = dict(result.metrics or {})
+    if local:
+        ckpt = Path(result.checkpoint.path) if result.checkpoint else latest_checkpoint(run_dir)
+        write_run_summary(run_dir, spec.slug, loaded.config, final, ckpt)
+    return {"run_dir": str(run_dir), "metrics": final, "checkpoint": result.checkpoint.path if result.checkpoint else None}

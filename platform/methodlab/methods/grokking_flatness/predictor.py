@@ -44,6 +44,12 @@ class Predictor:
         model.load_state_dict(ck.weights)
         return cls(model, cfg, int(ck.state.get("step", 0)), ck.extras.get("history", []))
 
+    @staticmethod
+    def example_inputs(cfg: Config) -> list[Input]:
+        if cfg.task == "digits":
+            return [Input(pixels=[0.0] * 28 + [16.0] * 8 + [0.0] * 28)]
+        return [Input(a=3, b=5, op=cfg.op), Input(a=cfg.p - 1, b=1, op=cfg.op)]
+
     def _check(self, i: int, x: Input) -> None:
         where = f"[{i}]"
         if self.cfg.task == "digits":

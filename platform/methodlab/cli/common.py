@@ -10,8 +10,8 @@ from rich.console import Console
 
 from methodlab.core.errors import MethodlabError
 
-console = Console(stderr=False)
-err_console = Console(stderr=True)
+console = Console(stderr=False, soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def friendly(fn):

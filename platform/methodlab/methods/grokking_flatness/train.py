@@ -110,6 +110,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             if cfg.reg == "anti_flat" and step >= cfg.cancel_at and cfg.cancel_weight_decay is not None:
                 group["weight_decay"] = cfg.cancel_weight_decay
         idx = batch_indices(step, len(data.y_train), batch, cfg.seed)
+        if ctx.world_size > 1:  # data parallel: each rank takes its shard of the same global batch
+            idx = idx[ctx.rank::ctx.world_size]
         xb = (data.x_train[idx], data.y_train[idx]) if cfg.task == "digits" else data.x_train[idx]
         loss, _, logits, hidden, y = forward_task(model, xb, cfg.task)
         reg = regularizer(cfg, step, core, logits, hidden, y)

@@ -1,0 +1,16 @@
+"""Hierarchical Retrieval: The Geometry and a Pretrain-Finetune Recipe (NeurIPS 2025)."""
+
+from methodlab.core.method import MethodSpec
+
+_PKG = "methodlab.methods.hier_retrieval"
+
+SPEC = MethodSpec(
+    slug="hier_retrieval",
+    title="Dual encoders for hierarchical retrieval, with the pretrain-finetune recipe",
+    paper="You, Jayaram, Suresh, Nittka, Yu, Kumar. NeurIPS 2025. arXiv 2509.16411",
+    config=f"{_PKG}.config:Config",
+    fit=f"{_PKG}.train:fit",
+    predictor=f"{_PKG}.predictor:Predictor",
+    reproduce=f"{_PKG}.reproduce:main",
+    settings={"constructive": f"{_PKG}.constructive:fit_constructive", "eval": f"{_PKG}.evaluate:fit_eval"},
+)

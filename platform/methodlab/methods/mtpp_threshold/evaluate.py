@@ -1,0 +1,123 @@
+"""Evaluation of one split: NLL, mark-first thresholded prediction (the method), plain argmax p*(m),
+the time-first pipeline, time MAE, and (generator data) the oracle from the true Hawkes intensities."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from methodlab.data.hawkes import next_event_oracle
+from methodlab.methods.mtpp_threshold import tpp
+from methodlab.methods.mtpp_threshold.model import LogNormMix
+from methodlab.methods.mtpp_threshold.threshold import f1_summary, learn_thresholds, predict_marks, ratios
+
+
+def _rows(p, chunk=64):
+    n = p.marks.shape[0]
+    for s in range(0, n, chunk):
+        idx = torch.arange(s, min(n, s + chunk))
+        mask = p.mask[idx]
+        L = int(mask.sum(1).max())
+        yield p.marks[idx, :L], p.gaps[idx, :L], mask[:, :L]
+
+
+def collect(model, padded, stats):
+    """p*(m) [N, M], history states [N, d], true next marks [N] and gaps [N] of every target of the split."""
+    outs = [tpp.mark_probs_and_states(model, *b, stats) for b in _rows(padded)]
+    return [torch.cat(x) for x in zip(*outs)]
+
+
+def split_nll(model, padded, stats, eps) -> float:
+    tot, n = 0.0, 0
+    for marks, gaps, mask in _rows(padded):
+        nll, _ = tpp.event_nll(model, marks, gaps, mask, stats, create_graph=False, eps=eps)
+        tot, n = tot + float(nll.detach().sum()), n + int(mask[:, 1:].sum())
+    return tot / max(n, 1)
+
+
+def calibrate(model, data, cfg) -> np.ndarray:
+    """Per-mark thresholds from the threshold split (train by default), outside back-propagation."""
+    padded = data.train if cfg.threshold_split == "train" else data.val
+    p, _, y, _ = collect(model, padded, data.stats)
+    return learn_thresholds(ratios(p.numpy(), data.prior), y.numpy(), min_positives=cfg.min_positives,
+                            candidates=cfg.threshold_candidates, n_quantiles=cfg.n_quantiles)
+
+
+def _add(out, prefix, suffix, pred, y, data):
+    s = f1_summary(pred, y, data.n_marks, data.rare)
+    for k in ("macro_f1", "micro_f1", "rare_f1"):
+        out[f"{prefix}/{k}{suffix}"] = s[k]
+    return s
+
+
+def evaluate(model, data, cfg, thresholds, split: str = "test", time_eval: bool | None = None, nll: bool = True) -> dict:
+    padded = getattr(data, split)
+    time_eval = cfg.time_eval if time_eval is None else time_eval
+    model.eval()
+    p, hist, y, tau = collect(model, padded, data.stats)
+    r = ratios(p.numpy(), data.prior)
+    y_np, tau_np = y.numpy(), tau.numpy()
+    out = {f"{split}/events": float(len(y_np))}
+    if nll:
+        out[f"{split}/nll"] = split_nll(model, padded, data.stats, cfg.eps)
+    pred_thr, pred_arg = predict_marks(r, thresholds), p.numpy().argmax(1)
+    s_thr = _add(out, split, "", pred_thr, y_np, data)
+    s_arg = _add(out, split, "_argmax", pred_arg, y_np, data)
+    for m in range(data.n_marks):
+        out[f"{split}/f1_m{m}"], out[f"{split}/f1_argmax_m{m}"] = s_thr["per_mark_f1"][m], s_arg["per_mark_f1"][m]
+        out[f"{split}/mean_p_m{m}"] = float(p[:, m].mean())
+        out[f"{split}/freq_m{m}"] = float(np.mean(y_np == m))
+    out[f"{split}/mean_gap"] = float(tau_np.mean())
+    gen = torch.Generator().manual_seed(cfg.seed * 7919 + 17)
+    kw = dict(tol=cfg.bisect_tol, max_steps=cfg.bisect_max_steps)
+    if isinstance(model, LogNormMix):  # marks and time independent given the history: one time prediction
+        if time_eval:
+            et = model.expected_time(hist, data.stats.log_mean, data.stats.log_std).numpy()
+            out[f"{split}/mae"] = out[f"{split}/mae_argmax"] = float(np.abs(et - tau_np).mean())
+            out[f"{split}/mean_expected_gap"] = float(et.mean())
+    else:
+        # time-first pipeline: tau_hat = E[tau] (sampling m ~ p*(m), then tau | m), then argmax p*(m | tau_hat)
+        if time_eval:
+            t_first = tpp.expected_time_marginal(model, hist, p, data.stats, cfg.n_time_samples, gen, **kw)
+        else:  # marks only: the expected gap by the same sampler with a few samples is still needed for p(m | tau)
+            t_first = tpp.expected_time_marginal(model, hist, p, data.stats, 8, gen, **kw)
+        pred_tf = tpp.mark_given_time(model, hist, t_first, data.stats).argmax(1).numpy()
+        _add(out, split, "_timefirst", pred_tf, y_np, data)
+        out[f"{split}/mean_expected_gap"] = float(t_first.mean())
+        if time_eval:
+            out[f"{split}/mae_timefirst"] = float(np.abs(t_first.numpy() - tau_np).mean())
+            for name, pred in (("", pred_thr), ("_argmax", pred_arg)):
+                et = tpp.expected_time_given_mark(model, hist, torch.from_numpy(pred), data.stats,
+                                                  cfg.n_time_samples, gen, **kw)
+                out[f"{split}/mae{name}"] = float(np.abs(et.numpy() - tau_np).mean())
+    if data.hawkes_params is not None:
+        out.update(oracle_metrics(data, split))
+    model.train()
+    return out
+
+
+def oracle_rows(padded, params):
+    """True p(m) and E[tau | m] for every target of a split, from the generator's intensities."""
+    ps, means = [], []
+    for t, m in padded.seqs:
+        p, mean = next_event_oracle(t, m, *params)
+        ps.append(p[:-1])
+        means.append(mean[:-1])
+    return np.concatenate(ps), np.concatenate(means)
+
+
+def oracle_metrics(data, split: str) -> dict:
+    """The ceiling: the TRUE conditional mark probabilities, thresholded exactly like the model's."""
+    p_tr, _ = oracle_rows(data.train, data.hawkes_params)
+    y_tr = np.concatenate([m[1:] for _, m in data.train.seqs])
+    eps = learn_thresholds(ratios(p_tr, data.prior), y_tr)
+    p, mean = oracle_rows(getattr(data, split), data.hawkes_params)
+    padded = getattr(data, split)
+    y = np.concatenate([m[1:] for _, m in padded.seqs])
+    tau = np.concatenate([np.diff(t) for t, _ in padded.seqs])
+    out = {}
+    pred = predict_marks(ratios(p, data.prior), eps)
+    _add(out, split, "_oracle", pred, y, data)
+    _add(out, split, "_oracle_argmax", p.argmax(1), y, data)
+    out[f"{split}/mae_oracle"] = float(np.abs(mean[np.arange(len(y)), pred] - tau).mean())
+    return out

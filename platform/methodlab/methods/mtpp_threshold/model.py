@@ -1,0 +1,148 @@
+"""IFNMTPP (integration-free neural MTPP) and the LogNormMix baseline.
+
+IFNMTPP parameterises the per-mark tail integral Gamma*(m, tau) = int_tau^inf p*(m, s) ds with a network
+that is non-increasing in tau by construction (non-negative weights, monotone activations, sigmoid(-x)),
+so p*(m) = Gamma*(m, 0), F*(tau | m) = 1 - Gamma*(m, tau) / Gamma*(m, 0) are closed form and the density
+p*(m, tau) = -dGamma*/dtau comes from autograd. Times enter standardised: tau~ = (tau - mean) / std.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class NonNegLinear(nn.Module):
+    """Linear map with weights clipped to >= 0 in the forward pass (as the research code does), so it is
+    non-decreasing in every input; the bias is free."""
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(d_out, d_in) / d_in)  # start positive: a clipped-to-0 init is dead
+        self.bias = nn.Parameter(torch.zeros(d_out))
+
+    def pos_weight(self) -> torch.Tensor:
+        return self.weight.clamp_min(0.0)
+
+    def forward(self, x):
+        return F.linear(x, self.pos_weight(), self.bias)
+
+
+class HistoryEncoder(nn.Module):
+    """Mark embedding (index M = padding) + standardised gap -> 1-layer LSTM; h_i summarises events 0..i."""
+
+    def __init__(self, n_marks: int, d_history: int):
+        super().__init__()
+        self.embed = nn.Embedding(n_marks + 1, d_history, padding_idx=n_marks)
+        self.lstm = nn.LSTM(d_history + 1, d_history, batch_first=True)
+
+    def forward(self, marks, gaps_std):
+        x = torch.cat([self.embed(marks), gaps_std.unsqueeze(-1)], -1)
+        return self.lstm(x)[0]
+
+
+class IFNMTPP(nn.Module):
+    def __init__(self, n_marks: int, d_history=64, d_intensity=64, mlp_layers=3, tanh_parameter=10.0,
+                 activation="ctanh", removes_tail=True, eps=1e-8):
+        super().__init__()
+        self.M, self.c, self.activation, self.removes_tail, self.eps = n_marks, float(tanh_parameter), activation, removes_tail, eps
+        self.encoder = HistoryEncoder(n_marks, d_history)
+        self.a = nn.Parameter(torch.randn(n_marks, d_intensity) * 0.5)  # slope of tau, through softplus (> 0)
+        self.b = nn.Parameter(torch.randn(n_marks, d_intensity) * 0.5)
+        self.time_in = NonNegLinear(d_intensity, d_intensity)
+        self.hist_in = nn.Linear(d_history, d_intensity)
+        self.layers = nn.ModuleList(NonNegLinear(d_intensity, d_intensity) for _ in range(mlp_layers))
+        self.out = NonNegLinear(d_intensity, 1)
+
+    def g(self, x):
+        """Scaled tanh, monotone increasing, saturating at +-c."""
+        return self.c * torch.tanh(x) if self.activation == "ctanh" else self.c * torch.tanh(x / self.c)
+
+    def _head(self, z):
+        return torch.sigmoid(-self.out(z)).squeeze(-1)
+
+    def _G(self, hist, tau_std, marks=None):
+        """G_m(tau) for hist [..., d_I] (already mapped) and tau_std broadcastable to [..., K]; marks: None
+        (all M marks, K = M) or an index tensor [..., K] selecting mark-specific time weights.
+        Returns (G [..., K], G_inf [..., K])."""
+        a, b = F.softplus(self.a), self.b
+        if marks is not None:
+            a, b = a[marks], b[marks]  # [..., K, d_I]
+        e = tau_std.unsqueeze(-1) * a + b
+        z = self.time_in(e) + hist.unsqueeze(-2)
+        layers = list(self.layers)  # mlp_layers >= 1 (config)
+        first = self.g(layers[0](z))
+        # Exact tau -> inf limit of the first layer: every unit with a positive weight path to tau saturates at c
+        # (the embedding slope softplus(a) is > 0); a unit whose weights to tau are all clipped to 0 is constant.
+        reach = (layers[0].pos_weight() @ self.time_in.pos_weight()).sum(-1) > 0
+        first_inf = torch.where(reach, torch.full_like(first, self.c), first)
+        z, z_inf = first, first_inf
+        for layer in layers[1:]:
+            z, z_inf = self.g(layer(z)), self.g(layer(z_inf))
+        return self._head(z), self._head(z_inf)
+
+    def gamma_hat(self, hist, tau_std, marks=None):
+        G, G_inf = self._G(hist, tau_std, marks)
+        return (G - G_inf).clamp_min(0.0) if self.removes_tail else G
+
+    # ---- the quantities of the method, all for history states h [..., d_h] ------------------------
+    def hist_proj(self, h):
+        return self.hist_in(h)
+
+    def mass0(self, hist, tau0_std):
+        """Gamma_hat_m(0) for all marks [..., M] and the normaliser sum_n (Gamma_hat_n(0) + eps) [..., 1]."""
+        g0 = self.gamma_hat(hist, tau0_std.expand(*hist.shape[:-1], 1))
+        return g0, (g0 + self.eps).sum(-1, keepdim=True)
+
+    def mark_probs(self, hist, tau0_std):
+        g0, norm = self.mass0(hist, tau0_std)
+        return g0 / norm
+
+    def gamma_star(self, hist, tau_std, tau0_std, marks=None):
+        """Gamma*(m, tau): tau_std [..., K] (K = M for all marks, else `marks` [..., K])."""
+        _, norm = self.mass0(hist, tau0_std)
+        return self.gamma_hat(hist, tau_std, marks) / norm
+
+
+class LogNormMix(nn.Module):
+    """Baseline: LSTM history -> mark softmax and a log-normal mixture over the gap (Shchur et al. 2020),
+    mark and time conditionally independent given the history (as in their marked variant)."""
+
+    def __init__(self, n_marks: int, d_history=64, n_components=8):
+        super().__init__()
+        self.M, self.K = n_marks, n_components
+        self.encoder = HistoryEncoder(n_marks, d_history)
+        self.mark_head = nn.Linear(d_history, n_marks)
+        self.mix_head = nn.Linear(d_history, 3 * n_components)
+
+    def params(self, h):
+        logits_w, mu, log_s = self.mix_head(h).chunk(3, -1)
+        return torch.log_softmax(logits_w, -1), mu, log_s.clamp(-5.0, 3.0)
+
+    def log_time_density(self, h, tau, log_mean, log_std):
+        """log p(tau) with y = (log tau - log_mean) / log_std ~ mixture of normals."""
+        logw, mu, log_s = self.params(h)
+        y = ((torch.log(tau) - log_mean) / log_std).unsqueeze(-1)
+        comp = -0.5 * ((y - mu) / log_s.exp()) ** 2 - log_s - 0.5 * math.log(2 * math.pi)
+        return torch.logsumexp(logw + comp, -1) - math.log(log_std) - torch.log(tau)
+
+    def expected_time(self, h, log_mean, log_std):
+        logw, mu, log_s = self.params(h)
+        expo = log_mean + log_std * mu + 0.5 * (log_std * log_s.exp()) ** 2
+        return torch.exp(torch.logsumexp(logw + expo.clamp(max=80.0), -1))
+
+    def quantiles(self, h, qs, log_mean, log_std, steps=60):
+        """Time quantiles of the mixture by bisection on its closed-form CDF (in log-time)."""
+        logw, mu, log_s = self.params(h)
+        out = []
+        for q in qs:
+            lo, hi = torch.full(mu.shape[:-1], -30.0), torch.full(mu.shape[:-1], 30.0)
+            for _ in range(steps):
+                mid = (lo + hi) / 2
+                cdf = (logw.exp() * 0.5 * (1 + torch.erf((mid.unsqueeze(-1) - mu) / (log_s.exp() * math.sqrt(2))))).sum(-1)
+                lo, hi = torch.where(cdf < q, mid, lo), torch.where(cdf < q, hi, mid)
+            out.append(torch.exp(log_mean + log_std * (lo + hi) / 2))
+        return torch.stack(out, -1)

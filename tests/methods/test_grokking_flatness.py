@@ -1,0 +1,117 @@
+"""grokking_flatness: the measures against autograd / brute force, the regularizers' effect,
+resume continuity, and the predictor's domain checks (spec: "Smoke test" and "A stub fails because")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from methodlab.core import FieldError, RunContext
+from methodlab.methods.grokking_flatness import measures
+from methodlab.methods.grokking_flatness.config import Config
+from methodlab.methods.grokking_flatness.train import fit
+from tests.methods.conftest import smoke_run
+
+
+def _tiny(seed=0, n=12, d=5, k=4):
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(k, d, generator=g, dtype=torch.float64)
+    phi = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.randint(0, k, (n,), generator=g)
+    return W, phi, y
+
+
+def test_rf_trace_equals_trace_of_autograd_hessian():
+    W, phi, y = _tiny()
+    loss = lambda w: F.cross_entropy(phi @ w.T, y)  # noqa: E731 - mean CE w.r.t. the readout
+    H = torch.autograd.functional.hessian(loss, W).reshape(W.numel(), W.numel())
+    expected = W.pow(2).sum() * torch.trace(H)
+    got = measures.relative_flatness_trace(W, phi, phi @ W.T)
+    assert abs(float(got - expected)) / float(expected) < 1e-4
+
+
+def test_rf_neuronwise_equals_petzka_definition():
+    W, phi, y = _tiny(1)
+    loss = lambda w: F.cross_entropy(phi @ w.T, y)  # noqa: E731
+    k, d = W.shape
+    H = torch.autograd.functional.hessian(loss, W)  # [k, d, k, d]
+    kappa = sum(float(W[i] @ W[j]) * float(torch.trace(H[i, :, j, :])) for i in range(k) for j in range(k))
+    got = float(measures.relative_flatness_neuronwise(W, phi, phi @ W.T))
+    assert abs(got - kappa) / abs(kappa) < 1e-6
+
+
+def test_cdnv_equals_bruteforce_numpy():
+    rng = np.random.default_rng(0)
+    phi = rng.normal(size=(60, 7))
+    y = rng.integers(0, 5, size=60)
+    mus = {c: phi[y == c].mean(0) for c in range(5)}
+    var = {c: ((phi[y == c] - mus[c]) ** 2).sum(1).mean() for c in range(5)}
+    vals = [(var[a] + var[b]) / (2 * ((mus[a] - mus[b]) ** 2).sum()) for a in range(5) for b in range(5) if a != b]
+    got = float(measures.cdnv(torch.tensor(phi), torch.tensor(y)))
+    assert got == pytest.approx(np.mean(vals), rel=1e-9)
+    # batch variant skips classes with < 2 samples
+    y2 = y.copy()
+    y2[0] = 9
+    assert 9 not in measures.class_stats(torch.tensor(phi), torch.tensor(y2), min_count=2)[2].tolist()
+
+
+def test_collapsed_features_have_zero_cdnv_and_nc1():
+    mu = torch.eye(4, dtype=torch.float64) * 3
+    y = torch.arange(4).repeat(5)
+    phi = mu[y]
+    assert float(measures.cdnv(phi, y)) == pytest.approx(0.0, abs=1e-12)
+    assert float(measures.nc1(phi, y)) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("reg", ["collapse_prevent", "collapse_encourage", "anti_flat"])
+def test_regularized_losses_have_finite_gradients(reg):
+    cfg = Config(**{**Config.smoke, "reg": reg, "max_steps": 20, "log_every": 10})
+    history = []
+    fit(cfg, RunContext(report_fn=lambda m, c: history.append(m)))
+    assert all(np.isfinite(h["train/loss"]) for h in history)
+    assert any(h["reg/term"] != 0.0 for h in history), "regularizer term never active"
+
+
+def test_anti_flat_raises_rf_vs_unregularized_twin():
+    base = {**Config.smoke, "max_steps": 50, "log_every": 50, "cancel_step": 1000}
+    rf = {}
+    for reg in ("none", "anti_flat"):
+        hist = []
+        fit(Config(**base, reg=reg, lam=0.1), RunContext(report_fn=lambda m, c: hist.append(m)))
+        rf[reg] = hist[-1]["rf"]
+    assert rf["anti_flat"] > rf["none"], rf
+
+
+def test_resume_continues_at_saved_step(tmp_path):
+    from methodlab.runners.local import run_local
+    from methodlab.specs.files import load_job
+
+    data = {"method": "grokking_flatness"}
+    job = lambda steps: load_job(None, data=data, smoke=True, overrides=[f"max_steps={steps}", "checkpoint_every=50"])  # noqa: E731
+    full = run_local(job(100), "full", str(tmp_path), quiet=True)
+    run_local(job(50), "split", str(tmp_path), quiet=True)
+    resumed = run_local(job(100), "split", str(tmp_path), quiet=True)
+    lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert [__import__("json").loads(x)["step"] for x in lines] == [50, 100]  # no step repeated from 0
+    assert resumed["metrics"]["train/loss"] == pytest.approx(full["metrics"]["train/loss"], rel=1e-4)
+
+
+def test_predictor_domain_checks(smoke_root):
+    from pathlib import Path
+
+    from methodlab.core.checkpoint import latest_checkpoint
+    from methodlab.methods.grokking_flatness.predictor import Input, Predictor
+
+    run = smoke_run("grokking_flatness", smoke_root)
+    pred = Predictor.from_checkpoint(latest_checkpoint(Path(run["run_dir"]) / "checkpoints"))
+    out = pred([Input(a=3, b=5)])[0]
+    assert 0 <= out.c < 23 and out.correct == (out.c == 8) and len(out.probs_top5) == 5
+    assert sum(p for _, p in out.probs_top5) <= 1.0 + 1e-6
+    with pytest.raises(FieldError, match=r"\[0\]\.a: must be < p = 23"):
+        pred([Input(a=23, b=1)])
+    with pytest.raises(FieldError, match=r"\[1\]\.op"):
+        pred([Input(a=1, b=1), Input(a=1, b=1, op="-")])
+    traj = pred.metrics()
+    assert len(traj["steps"]) == len(traj["rf"]) > 0

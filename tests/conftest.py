@@ -32,3 +32,8 @@ def ray_cluster(tmp_path_factory):
     except Exception:
         pass
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def smoke_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("smoke")

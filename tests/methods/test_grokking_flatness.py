@@ -12,7 +12,7 @@ from methodlab.core import FieldError, RunContext
 from methodlab.methods.grokking_flatness import measures
 from methodlab.methods.grokking_flatness.config import Config
 from methodlab.methods.grokking_flatness.train import fit
-from tests.methods.conftest import smoke_run
+from tests.smoke import smoke_run
 
 
 def _tiny(seed=0, n=12, d=5, k=4):

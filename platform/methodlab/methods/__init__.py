@@ -2,4 +2,5 @@
 
 REGISTRY: dict[str, str] = {
     "grokking_flatness": "methodlab.methods.grokking_flatness:SPEC",
+    "hier_retrieval": "methodlab.methods.hier_retrieval:SPEC",
 }

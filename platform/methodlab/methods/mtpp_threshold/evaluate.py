@@ -50,7 +50,8 @@ def _add(out, prefix, suffix, pred, y, data):
     return s
 
 
-def evaluate(model, data, cfg, thresholds, split: str = "test", time_eval: bool | None = None, nll: bool = True) -> dict:
+def evaluate(model, data, cfg, thresholds, split: str = "test", time_eval: bool | None = None, nll: bool = True,
+             oracle: bool = True) -> dict:
     padded = getattr(data, split)
     time_eval = cfg.time_eval if time_eval is None else time_eval
     model.eval()
@@ -90,7 +91,7 @@ def evaluate(model, data, cfg, thresholds, split: str = "test", time_eval: bool 
                 et = tpp.expected_time_given_mark(model, hist, torch.from_numpy(pred), data.stats,
                                                   cfg.n_time_samples, gen, **kw)
                 out[f"{split}/mae{name}"] = float(np.abs(et.numpy() - tau_np).mean())
-    if data.hawkes_params is not None:
+    if oracle and data.hawkes_params is not None:
         out.update(oracle_metrics(data, split))
     model.train()
     return out

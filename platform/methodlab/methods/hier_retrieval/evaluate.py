@@ -1,0 +1,84 @@
+"""Recall per hierarchy distance with k = |R(q)| per query (exact inner-product top-k in chunks),
+plus the short / long / min / overall summaries and exact-set accuracy; setting 'eval' re-scores a checkpoint."""
+
+from __future__ import annotations
+
+import torch
+
+from methodlab.core import ConfigError, RunContext, load_checkpoint
+
+
+@torch.no_grad()
+def bucket_counts(F: torch.Tensor, G: torch.Tensor, data, queries: torch.Tensor, chunk: int = 1024):
+    """hits[delta], pairs[delta] over the relevant pairs of `queries`, and the number of queries whose
+    whole relevant set is in their top-|R(q)|. A relevant d is retrieved iff its score >= the k-th best
+    score of the query's row (k = |R(q)|), read from the same score matrix, so no set bookkeeping."""
+    maxd = int(data.dist.max()) + 1
+    hits = torch.zeros(maxd, dtype=torch.long)
+    pairs = torch.zeros(maxd, dtype=torch.long)
+    exact = 0
+    for i in range(0, len(queries), chunk):
+        qc = queries[i:i + chunk].to(F.device)
+        S = F[qc] @ G.T  # [B, m]
+        k = data.sizes[qc.cpu()].to(F.device)
+        kth = S.topk(int(k.max()), dim=1).values.gather(1, (k - 1)[:, None]).squeeze(1)
+        start, end = data.offsets[qc.cpu()], data.offsets[qc.cpu() + 1]
+        lens = end - start
+        local = torch.repeat_interleave(torch.arange(len(qc)), lens)
+        pidx = torch.repeat_interleave(start - torch.cumsum(lens, 0) + lens, lens) + torch.arange(int(lens.sum()))
+        d, dist = data.d[pidx], data.dist[pidx]
+        hit = (S[local.to(F.device), d.to(F.device)] >= kth[local.to(F.device)]).cpu()
+        hits += torch.bincount(dist[hit], minlength=maxd)
+        pairs += torch.bincount(dist, minlength=maxd)
+        missed = torch.bincount(local[~hit], minlength=len(qc))
+        exact += int((missed == 0).sum())
+    return hits, pairs, exact
+
+
+def summarise(hits, pairs, exact: int, n_queries: int, cfg, prefix: str) -> dict[str, float]:
+    """Per-distance recall, short (dist <= short_max), long (dist >= delta_long), their mean, the min over
+    buckets with >= min_bucket_pairs pairs, overall recall over all pairs, exact-set accuracy."""
+    out: dict[str, float] = {}
+    rec = hits.double() / pairs.clamp(min=1).double()
+    for delta in range(len(pairs)):
+        if pairs[delta] > 0:
+            out[f"{prefix}/recall_d{delta}"] = float(rec[delta])
+            out[f"{prefix}/pairs_d{delta}"] = int(pairs[delta])
+    sl = slice(0, cfg.short_max + 1)
+    ll = slice(cfg.delta_long, None)
+    ratio = lambda s: float(hits[s].sum()) / max(1, int(pairs[s].sum()))  # noqa: E731
+    out[f"{prefix}/recall_short"] = ratio(sl)
+    out[f"{prefix}/recall_long"] = ratio(ll) if pairs[ll].sum() > 0 else float("nan")
+    long_v = out[f"{prefix}/recall_long"]
+    out[f"{prefix}/short_long_mean"] = 0.5 * (out[f"{prefix}/recall_short"] + (long_v if long_v == long_v else out[f"{prefix}/recall_short"]))
+    big = pairs >= cfg.min_bucket_pairs
+    out[f"{prefix}/recall_min"] = float(rec[big].min()) if big.any() else float(rec[pairs > 0].min())
+    out[f"{prefix}/recall_overall"] = ratio(slice(None))
+    out[f"{prefix}/exact_set"] = exact / max(1, n_queries)
+    return out
+
+
+def evaluate(model, data, cfg, queries: torch.Tensor, prefix: str = "eval") -> dict[str, float]:
+    with torch.no_grad():
+        F, G = model.f(), model.g()
+    hits, pairs, exact = bucket_counts(F, G, data, queries, cfg.eval_chunk)
+    return summarise(hits, pairs, exact, len(queries), cfg, prefix)
+
+
+def fit_eval(cfg, ctx: RunContext) -> dict:
+    """Setting 'eval': bucketed recall of a saved checkpoint on its config's evaluation queries."""
+    from methodlab.methods.hier_retrieval.config import Config
+    from methodlab.methods.hier_retrieval.data import build_data
+    from methodlab.methods.hier_retrieval.model import DualEncoder
+
+    if not cfg.eval_from:
+        raise ConfigError("setting 'eval' needs config.eval_from = a checkpoint directory", field="config.eval_from")
+    ck = load_checkpoint(cfg.eval_from, method="hier_retrieval")
+    trained = Config.model_validate(ck.config)
+    data = build_data(trained)
+    model = DualEncoder(data.m, trained.dim, trained.std, trained.shared_tables)
+    model.load_tables(ck.weights)
+    metrics = {"step": int(ck.state.get("step", 0)), **evaluate(model, data, trained, data.eval_q, "eval"),
+               **evaluate(model, data, trained, data.val_q, "val")}
+    ctx.report(metrics)
+    return metrics

@@ -1,0 +1,76 @@
+"""The asymmetric dual encoder (two free embedding tables) and the softmax losses of the paper."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class DualEncoder(nn.Module):
+    """f(q) = normalise(Q[q]), g(d) = normalise(D[d]); score = cosine. The towers share nothing, because
+    relevance is directed (child -> ancestor); `shared=True` is the symmetric ablation (one table)."""
+
+    def __init__(self, n: int, dim: int, std: float, shared: bool = False):
+        super().__init__()
+        self.shared = shared
+        self.query = nn.Parameter(torch.randn(n, dim) * std)  # N(0, 1/dim) init (spec: measured decisive)
+        self.doc = None if shared else nn.Parameter(torch.randn(n, dim) * std)
+
+    @property
+    def doc_table(self) -> torch.Tensor:
+        return self.query if self.shared else self.doc
+
+    def f(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        return F.normalize(self.query if idx is None else self.query[idx], dim=-1)
+
+    def g(self, idx: torch.Tensor | None = None) -> torch.Tensor:
+        t = self.doc_table
+        return F.normalize(t if idx is None else t[idx], dim=-1)
+
+    def tables(self) -> dict[str, torch.Tensor]:
+        out = {"query": self.query.detach().clone()}
+        if not self.shared:
+            out["doc"] = self.doc.detach().clone()
+        return out
+
+    def load_tables(self, w: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            self.query.copy_(w["query"])
+            if not self.shared:
+                self.doc.copy_(w["doc"])
+
+
+def to_logits(cos: torch.Tensor, T: float, mode: str) -> torch.Tensor:
+    """scale: T * cos (the spec's reading of the paper's T = 20 / 500); divide: cos / T (literal)."""
+    return cos * T if mode == "scale" else cos / T
+
+
+def softmax_loss(model: DualEncoder, q: torch.Tensor, d_pos: torch.Tensor, *, T: float, temperature_mode: str,
+                 full: bool, num_negatives: int, gen: torch.Generator, weight: torch.Tensor | None = None,
+                 other_pos=None) -> torch.Tensor:
+    """Cross-entropy of the positive against the negatives N.
+    full:    N = all documents, target = d_pos.
+    sampled: candidates = the batch's positives (in-batch) + num_negatives uniform docs shared by the batch;
+             target of row i = column i; a copy of row i's own d_pos elsewhere among the candidates is masked.
+    other_pos(q, cand) -> bool mask of candidates relevant to q (mask_other_positives), or None."""
+    fq = model.f(q)
+    if full:
+        cand = None
+        logits = to_logits(fq @ model.g().T, T, temperature_mode)
+        target = d_pos
+    else:
+        uni = torch.randint(0, model.query.shape[0], (num_negatives,), generator=gen).to(q.device)
+        cand = torch.cat([d_pos, uni])
+        logits = to_logits(fq @ model.g(cand).T, T, temperature_mode)
+        target = torch.arange(len(q), device=q.device)
+        dup = cand[None, :] == d_pos[:, None]
+        dup[target, target] = False
+        logits = logits.masked_fill(dup, float("-inf"))
+    if other_pos is not None:
+        mask = other_pos(q, cand)  # [B, C] relevant docs of each query
+        cols = d_pos if cand is None else target
+        mask[torch.arange(len(q), device=q.device), cols] = False  # keep the positive itself
+        logits = logits.masked_fill(mask, float("-inf"))
+    loss = F.cross_entropy(logits, target, reduction="none")
+    return loss.mean() if weight is None else (loss * weight).mean()

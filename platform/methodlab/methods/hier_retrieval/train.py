@@ -1,0 +1,170 @@
+"""hier_retrieval training loop, top to bottom.
+
+standard:           softmax CE on ordinary (query, relevant doc) pairs for `steps` steps, T = scale_pretrain.
+rebalanced:         the same, with loss weight w_long on pairs with dist >= delta_long (sampling unchanged).
+pretrain_finetune:  standard pretraining, then finetuning on long-distance pairs ONLY at T = scale_finetune and
+                    lr x finetune_lr_ratio (Adam moments carried over), keeping the finetune state with the best
+                    validation short/long mean recall (checked every finetune_eval_every steps).
+Every step draws its pairs from a generator seeded by (seed, step), so a resumed run continues exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.methods.hier_retrieval.config import Config
+from methodlab.methods.hier_retrieval.data import HRData, build_data, sample_pairs
+from methodlab.methods.hier_retrieval.evaluate import evaluate
+from methodlab.methods.hier_retrieval.model import DualEncoder, softmax_loss
+
+SLUG = "hier_retrieval"
+
+
+def pick_device(cfg: Config) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def use_full_softmax(cfg: Config, m: int, device: torch.device) -> bool:
+    if cfg.negatives != "auto":
+        return cfg.negatives == "full"
+    return m <= 10_000 or (device.type == "cuda" and m <= 100_000)
+
+
+def other_positive_mask(data: HRData, device):
+    """mask_other_positives: candidate c is relevant to q iff the key q*m + c is a relevant pair."""
+    keys = (data.q * data.m + data.d).to(device)  # sorted, because pairs are sorted by (q, d)
+
+    def mask(q: torch.Tensor, cand: torch.Tensor | None) -> torch.Tensor:
+        c = torch.arange(data.m, device=device)[None, :] if cand is None else cand[None, :]
+        k = q[:, None] * data.m + c
+        pos = torch.searchsorted(keys, k).clamp_(max=len(keys) - 1)
+        return keys[pos] == k
+    return mask
+
+
+def draw_batch(cfg: Config, data: HRData, stage: str, gen: torch.Generator) -> torch.Tensor:
+    """Pair indices for one step. Finetune: long pairs only, except a `finetune_mix` share of ordinary pairs."""
+    if stage == "pretrain":
+        return sample_pairs(data, "pretrain", cfg.batch_size, gen)
+    idx = sample_pairs(data, "long", cfg.batch_size, gen)
+    if cfg.finetune_mix > 0:
+        replay = torch.rand(cfg.batch_size, generator=gen) < cfg.finetune_mix
+        idx[replay] = sample_pairs(data, "pretrain", int(replay.sum()), gen)
+    return idx
+
+
+def fit(cfg: Config, ctx: RunContext) -> dict:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    device = pick_device(cfg)
+    data = build_data(cfg)
+    full = use_full_softmax(cfg, data.m, device)
+    model = DualEncoder(data.m, cfg.dim, cfg.std, cfg.shared_tables).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    pre, ft = cfg.stage_steps()
+    if cfg.recipe == "pretrain_finetune" and "long" not in data.cdf:
+        raise ValueError(f"no pair has dist >= delta_long={cfg.delta_long}: nothing to finetune on")
+    other = other_positive_mask(data, device) if cfg.mask_other_positives else None
+
+    step, best, best_score, best_step, fresh_opt = 0, None, -1.0, -1, False
+    if cfg.pretrain_from and ctx.checkpoint is None:  # finetune a finished standard run (its final state)
+        ck = load_checkpoint(cfg.pretrain_from, method=SLUG, load_torch_state=True)
+        model.load_tables({k: v.to(device) for k, v in ck.weights.items()})
+        opt.load_state_dict(ck.torch_state["optimizer"])
+        pre = step = int(ck.state["step"])
+    if ctx.checkpoint is not None:
+        ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
+        model.load_tables({k: v.to(device) for k, v in ck.weights.items() if not k.startswith("best.")})
+        fresh_opt = bool(ck.torch_state.get("fresh_finetune_opt", False))
+        opt.load_state_dict(ck.torch_state["optimizer"])
+        step, pre = int(ck.state["step"]), int(ck.state["pretrain_steps"])
+        best_score, best_step = float(ck.state.get("best_score", -1.0)), int(ck.state.get("best_step", -1))
+        if any(k.startswith("best.") for k in ck.weights):
+            best = {k[5:]: v.to(device) for k, v in ck.weights.items() if k.startswith("best.")}
+        ctx.history[:] = list(ck.extras.get("history", []))
+    total = pre + ft
+    ft_lr = cfg.lr * cfg.finetune_lr_ratio
+
+    def enter_finetune():
+        """Switch optimiser settings for the finetune stage (idempotent; also after a resume)."""
+        nonlocal opt, fresh_opt
+        if cfg.finetune_fresh_optimizer and not fresh_opt:
+            opt, fresh_opt = torch.optim.Adam(model.parameters(), lr=ft_lr), True
+        for group in opt.param_groups:
+            group["lr"] = ft_lr
+
+    def writer(final: bool):
+        def write(d: Path) -> None:
+            w = model.tables()
+            if best is not None and not final:
+                w.update({f"best.{k}": v for k, v in best.items()})
+            w["edges"] = torch.stack([torch.from_numpy(data.h.child), torch.from_numpy(data.h.parent)], 1)
+            save_checkpoint(d, method=SLUG, config=cfg, weights=w,
+                            torch_state={"optimizer": opt.state_dict(), "fresh_finetune_opt": fresh_opt},
+                            state={"step": step, "pretrain_steps": pre, "stage": stage_of(step), "final": final,
+                                   "best_score": best_score, "best_step": best_step,
+                                   "metrics": ctx.history[-1] if ctx.history else {}},
+                            extras={"history": ctx.history, "nodes": {"names": data.h.names, "texts": data.h.texts},
+                                    "recipe": cfg.recipe})
+        return write
+
+    def stage_of(s: int) -> str:
+        return "pretrain" if s < pre else "finetune"
+
+    def report(extra: dict, ckpt: bool, final: bool = False) -> dict:
+        model.eval()
+        m = {"step": step, "stage": stage_of(step - 1) if step else "pretrain", **extra,
+             **evaluate(model, data, cfg, data.val_q, "val")}
+        model.train()
+        ctx.report(m, checkpoint=writer(final) if ckpt else None)
+        return m
+
+    if step >= pre and ft > 0:
+        enter_finetune()
+    loss_v = float("nan")
+    while step < total:
+        stage = stage_of(step)
+        if stage == "finetune" and step == pre and best is None:
+            enter_finetune()  # first finetune step: the pretrained model is the first candidate (0 finetune steps)
+            m = report({"train/loss": loss_v, "lr": ft_lr}, ckpt=False)
+            best, best_score, best_step = model.tables(), m["val/short_long_mean"], step
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        idx = draw_batch(cfg, data, stage, gen)
+        q, d, dist = data.q[idx].to(device), data.d[idx].to(device), data.dist[idx].to(device)
+        weight = None
+        if cfg.recipe == "rebalanced":
+            weight = torch.where(dist >= cfg.delta_long, cfg.w_long, 1.0)
+        T = cfg.scale_pretrain if stage == "pretrain" else cfg.scale_finetune
+        loss = softmax_loss(model, q, d, T=T, temperature_mode=cfg.temperature_mode, full=full,
+                            num_negatives=cfg.num_negatives, gen=gen, weight=weight, other_pos=other)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if stage == "finetune" and cfg.freeze_doc_tower and model.doc is not None:
+            model.doc.grad = None  # Adam skips parameters without a gradient
+        opt.step()
+        step += 1
+        loss_v = loss.item()
+
+        if stage == "pretrain" and (step % cfg.eval_every == 0 or step == pre):
+            report({"train/loss": loss_v, "lr": cfg.lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
+                   ckpt=step % cfg.checkpoint_every == 0 and step < total)
+        elif stage == "finetune" and ((step - pre) % cfg.finetune_eval_every == 0 or step == total):
+            m = report({"train/loss": loss_v, "lr": ft_lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
+                       ckpt=(step - pre) % cfg.checkpoint_every == 0 and step < total)
+            if m["val/short_long_mean"] > best_score:
+                best, best_score, best_step = model.tables(), m["val/short_long_mean"], step
+
+    if best is not None:  # early stopping: the best validated finetune state is the result
+        model.load_tables(best)
+    model.eval()
+    final = {"step": step, "stage": "final", "train/loss": loss_v, "finetune/best_step": best_step,
+             "finetune/steps_used": max(0, best_step - pre) if best is not None else 0,
+             "negatives/full_softmax": float(full),
+             **evaluate(model, data, cfg, data.val_q, "val"), **evaluate(model, data, cfg, data.eval_q, "eval")}
+    ctx.report(final, checkpoint=writer(final=True))
+    return final

@@ -1,0 +1,17 @@
+"""DGSWP / differentiable min-SWGG: optimal slices for sliced OT plans (Chapel, Tavenard, Vaiter; NeurIPS 2025)."""
+
+from methodlab.core.method import MethodSpec
+
+_PKG = "methodlab.methods.min_swgg"
+
+SPEC = MethodSpec(
+    slug="min_swgg",
+    title="DGSWP: differentiable min-SWGG slices for OT plans, gradient flows and sliced-OT flow matching",
+    paper="Chapel, Tavenard, Vaiter. Differentiable Generalized Sliced Wasserstein Plans. NeurIPS 2025. arXiv 2505.22049",
+    config=f"{_PKG}.config:Config",
+    fit=f"{_PKG}.train:fit",
+    predictor=f"{_PKG}.predictor:Predictor",
+    reproduce=f"{_PKG}.reproduce:main",
+    settings={"plan": f"{_PKG}.train:fit_plan", "flow": f"{_PKG}.train:fit_flow", "cfm": f"{_PKG}.train:fit_cfm"},
+    family="ot",
+)

@@ -1,0 +1,125 @@
+"""mtpp_threshold training loop, top to bottom: data, model, Adam on the joint NLL (density by autograd
+through Gamma*), validation NLL early stopping (after min_epochs), per-mark thresholds learned after training
+on the threshold split, final evaluation of the method and its baselines, checkpoints and resume."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.methods.mtpp_threshold import tpp
+from methodlab.methods.mtpp_threshold.config import Config
+from methodlab.methods.mtpp_threshold.data import batches, build_data, take
+from methodlab.methods.mtpp_threshold.evaluate import calibrate, evaluate, split_nll
+from methodlab.methods.mtpp_threshold.model import IFNMTPP, LogNormMix
+
+SLUG = "mtpp_threshold"
+
+
+def build_model(cfg: Config, n_marks: int):
+    if cfg.model == "lognormmix":
+        return LogNormMix(n_marks, cfg.d_history, cfg.n_components)
+    return IFNMTPP(n_marks, cfg.d_history, cfg.d_intensity, cfg.mlp_layers, cfg.tanh_parameter, cfg.activation,
+                   cfg.removes_tail, cfg.eps)
+
+
+def batch_loss(model, marks, gaps, mask, wgap, stats, cfg: Config):
+    """Mean NLL per target event (+ survival per sequence when on); batch_balanced reweights every event by
+    (count of the rarest mark present in the batch) / (count of its own mark)."""
+    nll, surv = tpp.event_nll(model, marks, gaps, mask, stats, create_graph=True, eps=cfg.eps,
+                              window_gap=wgap if cfg.survival else None)
+    tmask = mask[:, 1:]
+    if cfg.loss_weighting == "batch_balanced":
+        tgt = marks[:, 1:][tmask]
+        counts = torch.bincount(tgt, minlength=model.M).float()
+        w = torch.zeros_like(nll)
+        w[tmask] = counts[counts > 0].min() / counts[tgt]
+        nll = nll * w
+    total = nll.sum() + (surv.sum() if surv is not None else 0.0)
+    return total / tmask.sum().clamp_min(1)
+
+
+def meta(data, thresholds) -> dict:
+    """Everything a Predictor needs besides the weights (JSON)."""
+    s = data.stats
+    return {"n_marks": data.n_marks, "mark_names": data.mark_names, "prior": data.prior.tolist(),
+            "thresholds": None if thresholds is None else np.asarray(thresholds).tolist(), "rare": data.rare,
+            "stats": {"mean": s.mean, "std": s.std, "log_mean": s.log_mean, "log_std": s.log_std}}
+
+
+def fit(cfg: Config, ctx: RunContext) -> dict:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    data = build_data(cfg)
+    model = build_model(cfg, data.n_marks)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    epoch, best_nll, bad, best_state, thresholds = 0, math.inf, 0, None, None
+    if ctx.checkpoint is not None:
+        ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
+        model.load_state_dict(ck.weights)
+        opt.load_state_dict(ck.torch_state["optimizer"])
+        best_state = ck.torch_state.get("best_state")
+        epoch, best_nll, bad = int(ck.state["epoch"]), float(ck.state["best_nll"]), int(ck.state["bad"])
+        ctx.history[:] = list(ck.extras.get("history", []))
+        if ck.state.get("final"):  # resumed after the end: nothing left to train
+            return ctx.history[-1]
+
+    def writer(final: bool = False):
+        def write(d: Path) -> None:
+            save_checkpoint(d, method=SLUG, config=cfg, weights=model.state_dict(),
+                            torch_state={"optimizer": opt.state_dict(), "best_state": best_state or model.state_dict()},
+                            state={"step": epoch, "epoch": epoch, "best_nll": best_nll, "bad": bad, "final": final,
+                                   "metrics": ctx.history[-1] if ctx.history else {}},
+                            extras={"meta": meta(data, thresholds), "history": ctx.history})
+        return write
+
+    model.train()
+    n_train = data.train.marks.shape[0]
+    stop = False
+    while epoch < cfg.max_epochs and not stop:
+        tot, n_ev = 0.0, 0
+        for idx in batches(n_train, cfg.batch_size, cfg.seed, epoch):
+            marks, gaps, mask, wgap = take(data.train, idx)
+            loss = batch_loss(model, marks, gaps, mask, wgap, data.stats, cfg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            k = int(mask[:, 1:].sum())
+            tot, n_ev = tot + float(loss.detach()) * k, n_ev + k
+        epoch += 1
+        last = epoch >= cfg.max_epochs
+        if epoch % cfg.eval_every and not last:
+            continue
+        # validation: NLL drives early stopping; macro-F1 after calibrating thresholds is the sweep objective
+        val_nll = split_nll(model, data.val, data.stats, cfg.eps)
+        if val_nll < best_nll:
+            best_nll, bad, best_state = val_nll, 0, copy.deepcopy(model.state_dict())
+        else:
+            bad += cfg.eval_every
+        stop = epoch >= cfg.min_epochs and bad >= cfg.patience
+        thresholds = calibrate(model, data, cfg)
+        ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False)
+        metrics = {"epoch": epoch, "step": epoch, "train/nll": tot / max(n_ev, 1), "val/nll": val_nll,
+                   "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
+        save = (epoch % cfg.checkpoint_every == 0) and not (stop or last)
+        ctx.report(metrics, checkpoint=writer() if save else None)
+
+    # final: best-validation weights, thresholds learned outside back-propagation, full evaluation
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    thresholds = calibrate(model, data, cfg)
+    final = {"epoch": epoch, "step": epoch, "best_epoch_nll": best_nll}
+    final.update(evaluate(model, data, cfg, thresholds, split="val", time_eval=False))
+    final.update(evaluate(model, data, cfg, thresholds, split="test"))
+    for m, e in enumerate(thresholds):
+        final[f"threshold/m{m}"] = float(e)
+    ctx.report(final, checkpoint=writer(final=True))
+    return final

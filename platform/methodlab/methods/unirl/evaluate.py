@@ -1,0 +1,38 @@
+"""Deterministic evaluation: `episodes` copies of the env stepped in lockstep with one batched actor call
+per time step. Episode i always starts from reset(seed=base_seed + i), so evaluations along a run (and
+across methods with the same seed) share their initial states and differ only through the policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from methodlab.data.offline_rl import make_env, normalized_score
+
+
+def make_rescaled_env(env_id: str):
+    """The env with actions in [-1, 1] (gymnasium's RescaleAction), as the actor and buffer see them."""
+    from gymnasium.wrappers import RescaleAction
+
+    return RescaleAction(make_env(env_id), -1.0, 1.0)
+
+
+@torch.no_grad()
+def evaluate(actor, env_id: str, episodes: int, base_seed: int = 10_000) -> dict[str, float]:
+    envs = [make_rescaled_env(env_id) for _ in range(episodes)]
+    obs = np.stack([e.reset(seed=base_seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
+    returns = np.zeros(episodes)
+    alive = np.ones(episodes, bool)
+    while alive.any():
+        idx = np.flatnonzero(alive)
+        acts = actor.act(torch.as_tensor(obs[idx]), deterministic=True).numpy()
+        for j, i in enumerate(idx):
+            o, r, term, trunc, _ = envs[i].step(acts[j])
+            returns[i] += r
+            obs[i] = o
+            alive[i] = not (term or trunc)
+    for e in envs:
+        e.close()
+    ret = float(returns.mean())
+    return {"eval/return": ret, "eval/return_std": float(returns.std()),
+            "eval/normalized_score": normalized_score(env_id, ret)}

@@ -1,0 +1,171 @@
+"""One gradient step of each learner, on a batch of (s, a_n, r, s', done) tensors.
+
+unirl (also the IVR baseline through `extractor=ivr_awr`): V, then actor (new V, target critic), then Q
+(new V), then targets [IVR learner.py]; a_ref = batch actions offline / with ref_mode=buffer, else a
+sample of the frozen reference policy pi_ref. sac: the online baseline. bc: the offline baseline.
+
+DDP: the optimised networks are wrapped by ctx.prepare_model (world_size > 1); every loss runs its
+network through the wrapper's forward so gradients are all-reduced. Passes that only read a network
+(target critic, pi_ref, V after its step) use the unwrapped module.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from methodlab.methods.unirl.config import Config
+from methodlab.methods.unirl.model import (GaussianActor, SquashedGaussianActor, TwinQ, ValueNet, extraction_weights,
+                                           gaussian_log_prob, polyak, value_loss)
+
+
+class Learner:
+    def __init__(self, cfg: Config, obs_dim: int, act_dim: int, prepare=lambda m: m):
+        self.cfg, self.act_dim = cfg, act_dim
+        h = list(cfg.hidden)
+        actor_cls = SquashedGaussianActor if cfg.learner == "sac" else GaussianActor
+        self.actor = actor_cls(obs_dim, act_dim, h, cfg.log_std_min, cfg.log_std_max)
+        self.q = TwinQ(obs_dim, act_dim, h)
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self.v = ValueNet(obs_dim, h, cfg.value_layernorm)
+        self.pi_ref = copy.deepcopy(self.actor).requires_grad_(False)  # online reference (unirl, periodic/ema)
+        self.log_alpha = torch.zeros(1, requires_grad=True)  # SAC temperature
+        self.target_entropy = cfg.sac_target_entropy if cfg.sac_target_entropy is not None else -float(act_dim)
+        self.opt_actor = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
+        self.opt_q = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
+        self.opt_v = torch.optim.Adam(self.v.parameters(), lr=cfg.lr)
+        self.opt_alpha = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
+        self.actor_w, self.q_w, self.v_w = prepare(self.actor), prepare(self.q), prepare(self.v)
+        self.grad_steps = 0
+        self.ref_refreshed_at = 0  # gradient step of pi_ref's last refresh (periodic)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+
+    # --- the three learners ---------------------------------------------------------------------
+    def update(self, batch, use_pi_ref: bool) -> dict:
+        self.grad_steps += 1
+        if self.cfg.learner == "bc":
+            return self._bc(batch)
+        if self.cfg.learner == "sac":
+            return self._sac(batch)
+        return self._unirl(batch, use_pi_ref)
+
+    def _unirl(self, batch, use_pi_ref: bool) -> dict:
+        cfg, alpha = self.cfg, self.cfg.alpha_value
+        s, a, r, s2, d = batch
+        if use_pi_ref:  # online: actions of the frozen reference policy at the buffer states
+            a_ref = self.pi_ref.act(s, deterministic=False, generator=self.generator)
+        else:  # offline (and ref_mode=buffer): the behaviour policy's actions in the batch
+            a_ref = a
+        with torch.no_grad():
+            qbar = self.q_target(s, a_ref).min(0).values
+        # 1. value: SQL / EQL against the target critic at reference actions; grad into V only
+        v = self.v_w(s)
+        loss_v = value_loss(qbar - v, v, alpha, cfg.alg)
+        self.opt_v.zero_grad(set_to_none=True)
+        loss_v.backward()
+        self.opt_v.step()
+        with torch.no_grad():
+            v_new, v_next = self.v(torch.cat([s, s2])).split(len(s))
+            w = extraction_weights(qbar - v_new, alpha, cfg.alg, cfg.extractor, cfg.weight_clip, cfg.normalize_weights)
+        # 2. actor: weighted log-likelihood of the reference actions
+        mean, log_std = self.actor_w(s)
+        logp = gaussian_log_prob(a_ref, mean, log_std)
+        loss_pi = -(w * logp).mean()
+        self.opt_actor.zero_grad(set_to_none=True)
+        loss_pi.backward()
+        self.opt_actor.step()
+        # 3. Q: y = r + gamma (1 - done) V_new(s'); real transitions only, no policy actions
+        y = r + cfg.gamma * (1.0 - d) * v_next
+        q = self.q_w(s, a)
+        loss_q = (q - y).pow(2).mean(1).sum()
+        self.opt_q.zero_grad(set_to_none=True)
+        loss_q.backward()
+        self.opt_q.step()
+        polyak(self.q_target, self.q, cfg.tau)
+        return {"loss_v": loss_v.detach(), "loss_pi": loss_pi.detach(), "loss_q": loss_q.detach(),
+                "v_mean": v_new.mean(), "q_mean": q.detach().mean(), "w_max": w.max(), "u_mean": (qbar - v_new).mean()}
+
+    def _bc(self, batch) -> dict:
+        s, a = batch[0], batch[1]
+        mean, log_std = self.actor_w(s)
+        loss_pi = -gaussian_log_prob(a, mean, log_std).mean()
+        self.opt_actor.zero_grad(set_to_none=True)
+        loss_pi.backward()
+        self.opt_actor.step()
+        return {"loss_pi": loss_pi.detach()}
+
+    def _sac(self, batch) -> dict:
+        cfg = self.cfg
+        s, a, r, s2, d = batch
+        ent = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            a2, logp2 = self.actor.sample(s2, self.generator)
+            y = r + cfg.gamma * (1.0 - d) * (self.q_target(s2, a2).min(0).values - ent * logp2)
+        q = self.q_w(s, a)
+        loss_q = (q - y).pow(2).mean(1).sum()
+        self.opt_q.zero_grad(set_to_none=True)
+        loss_q.backward()
+        self.opt_q.step()
+        mean, log_std = self.actor_w(s)
+        u = mean + torch.randn(mean.shape, generator=self.generator) * log_std.exp()
+        a_pi = torch.tanh(u)
+        logp = gaussian_log_prob(u, mean, log_std) - (2 * (math.log(2) - u - torch.nn.functional.softplus(-2 * u))).sum(-1)
+        self.q.requires_grad_(False)  # the actor loss reads Q; its gradient must not touch Q's parameters
+        loss_pi = (ent * logp - self.q(s, a_pi).min(0).values).mean()
+        self.q.requires_grad_(True)
+        self.opt_actor.zero_grad(set_to_none=True)
+        loss_pi.backward()
+        self.opt_actor.step()
+        loss_alpha = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.opt_alpha.zero_grad(set_to_none=True)
+        loss_alpha.backward()
+        self.opt_alpha.step()
+        polyak(self.q_target, self.q, cfg.tau)
+        return {"loss_q": loss_q.detach(), "loss_pi": loss_pi.detach(), "sac_alpha": ent, "q_mean": q.detach().mean()}
+
+    # --- reference policy and learning rate -------------------------------------------------------
+    def refresh_reference(self, force: bool = False) -> None:
+        """periodic: copy the actor every ref_update_every steps; ema: Polyak toward the actor every step."""
+        if self.cfg.ref_mode == "ema" and not force:
+            polyak(self.pi_ref, self.actor, self.cfg.ref_tau)
+        elif force or self.grad_steps - self.ref_refreshed_at >= self.cfg.ref_update_every:
+            self.pi_ref.load_state_dict(self.actor.state_dict())
+            self.ref_refreshed_at = self.grad_steps
+
+    def set_actor_lr(self, lr: float) -> None:
+        for g in self.opt_actor.param_groups:
+            g["lr"] = lr
+
+    def actor_log_std_mean(self) -> float:
+        with torch.no_grad():
+            if isinstance(self.actor, GaussianActor):
+                return float(self.actor.log_std.clamp(self.cfg.log_std_min, self.cfg.log_std_max).mean())
+            return float("nan")
+
+    # --- checkpoint state ---------------------------------------------------------------------------
+    def weights(self) -> dict:
+        out = {}
+        for name in ("actor", "q", "q_target", "v", "pi_ref"):
+            out.update({f"{name}.{k}": t for k, t in getattr(self, name).state_dict().items()})
+        out["log_alpha"] = self.log_alpha.detach()
+        return out
+
+    def load_weights(self, w: dict) -> None:
+        for name in ("actor", "q", "q_target", "v", "pi_ref"):
+            p = name + "."
+            getattr(self, name).load_state_dict({k[len(p):]: t for k, t in w.items() if k.startswith(p)})
+        with torch.no_grad():
+            self.log_alpha.copy_(w["log_alpha"])
+
+    def torch_state(self) -> dict:
+        return {"opt_actor": self.opt_actor.state_dict(), "opt_q": self.opt_q.state_dict(),
+                "opt_v": self.opt_v.state_dict(), "opt_alpha": self.opt_alpha.state_dict(),
+                "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state()}
+
+    def load_torch_state(self, st: dict) -> None:
+        for name in ("opt_actor", "opt_q", "opt_v", "opt_alpha"):
+            getattr(self, name).load_state_dict(st[name])
+        self.generator.set_state(st["generator"])
+        torch.set_rng_state(st["torch_rng"])

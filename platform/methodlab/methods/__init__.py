@@ -2,5 +2,6 @@
 
 REGISTRY: dict[str, str] = {
     "grokking_flatness": "methodlab.methods.grokking_flatness:SPEC",
+    "unirl": "methodlab.methods.unirl:SPEC",
     "hier_retrieval": "methodlab.methods.hier_retrieval:SPEC",
 }

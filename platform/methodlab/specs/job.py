@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Strict(BaseModel):
@@ -35,10 +35,20 @@ class RunPolicy(Strict):
 
 
 class Tracking(Strict):
+    """Experiment trackers. Not wired yet: turning one on is refused rather than silently ignored.
+    (Tune already writes TensorBoard event files per trial: `tensorboard --logdir <sweep folder>`.)"""
+
     mlflow: bool = False
     tensorboard: bool = False
     uri: str | None = Field(None, description="MLflow tracking URI (default sqlite under the storage path).")
     experiment: str | None = None
+
+    @model_validator(mode="after")
+    def _not_yet(self):
+        if self.mlflow or self.tensorboard:
+            raise ValueError("MLflow / TensorBoard tracking is not available in this version; set mlflow: false and "
+                             "tensorboard: false (Tune sweeps still write TensorBoard event files per trial)")
+        return self
 
 
 class JobFile(Strict):

@@ -14,7 +14,9 @@ def make_rescaled_env(env_id: str):
     """The env with actions in [-1, 1] (gymnasium's RescaleAction), as the actor and buffer see them."""
     from gymnasium.wrappers import RescaleAction
 
-    return RescaleAction(make_env(env_id), -1.0, 1.0)
+    env = make_env(env_id)
+    ones = np.ones(env.action_space.shape, np.float32)
+    return RescaleAction(env, -ones, ones)
 
 
 @torch.no_grad()

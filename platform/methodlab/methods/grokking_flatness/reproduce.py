@@ -1,0 +1,214 @@
+"""`methodlab reproduce grokking_flatness`: claims A-C of the spec on the calibrated CPU preset
+(3 seeds: baseline, anti-flat, collapse-prevent, collapse-encourage) plus the digits variant.
+Writes reports/grokking_flatness.md and reports/grokking_flatness.png. Runs are resumable: a
+re-run reuses finished run folders under results/reproduce/grokking_flatness/."""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from methodlab.methods.grokking_flatness.summary import first_step
+
+SEEDS = (0, 1, 2)
+JOB = "jobs/grokking_flatness/cpu.yaml"
+DIGITS_JOB = "jobs/grokking_flatness/digits.yaml"
+# per regime: overrides of the calibrated CPU preset
+REGIMES = {
+    "baseline": ["reg=none", "max_steps=4000"],
+    "anti_flat": ["reg=anti_flat", "lam=0.01", "tau=2.0", "w_cap=150", "cancel_step=2000", "max_steps=3000"],
+    "collapse_prevent": ["reg=collapse_prevent", "lam=0.001", "max_steps=4000", "stop_at_val_acc=0.95"],
+    "collapse_encourage": ["reg=collapse_encourage", "lam=0.001", "max_steps=4000", "stop_at_val_acc=0.95"],
+}
+
+
+def _run(args) -> list[dict]:
+    job, name, overrides, storage = args
+    import torch
+
+    torch.set_num_threads(1)
+    from methodlab.runners.local import run_local
+    from methodlab.runners.results import read_history_jsonl
+    from methodlab.specs.files import load_job
+
+    out = run_local(load_job(job, overrides=overrides), name, storage, quiet=True)
+    return read_history_jsonl(Path(out["run_dir"]) / "metrics.jsonl")
+
+
+def at_step(history: list[dict], key: str, step: int):
+    """Value of `key` at the last log <= step."""
+    rows = [h for h in history if h["step"] <= step]
+    return rows[-1][key] if rows else float("nan")
+
+
+def claims_for_seed(h: dict[str, list[dict]]) -> dict:
+    base = h["baseline"]
+    t_mem = first_step(base, "train/accuracy", 0.99, window=3)
+    t_gen = first_step(base, "val/accuracy", 0.95)
+    r = {"t_mem": t_mem, "t_gen": t_gen}
+    r["A"] = t_mem > 0 and t_gen > 0 and t_gen >= 2 * t_mem
+    # B1: CDNV has fallen by >= 50 % of its total decrease before t_gen
+    c0, c_end = base[0]["cdnv"], min(x["cdnv"] for x in base)
+    c_gen = at_step(base, "cdnv", t_gen) if t_gen > 0 else float("nan")
+    r["cdnv_frac_before_tgen"] = (c0 - c_gen) / (c0 - c_end) if c0 > c_end else float("nan")
+    # B2: steepest drop of log RF over logs with train acc >= 99 %
+    from methodlab.methods.grokking_flatness.summary import steepest_log_drop
+
+    r["rf_drop_step"] = steepest_log_drop(base, "rf", lambda x: x["train/accuracy"] >= 0.99)
+    r["B"] = (r["cdnv_frac_before_tgen"] >= 0.5) and t_gen > 0 and abs(r["rf_drop_step"] - t_gen) <= 0.2 * t_gen
+    # C1: anti-flat: val <= 50 % at the baseline's t_gen, with train >= 99 %
+    af = h["anti_flat"]
+    r["af_val_at_tgen"] = at_step(af, "val/accuracy", t_gen)
+    r["af_train_at_tgen"] = max(at_step(af, "train/accuracy", s) for s in (t_gen, t_gen - 50, t_gen - 100))
+    r["af_val_final"] = af[-1]["val/accuracy"]
+    r["C_anti_flat"] = r["af_val_at_tgen"] <= 0.5 and r["af_train_at_tgen"] >= 0.99
+    # C2: collapse regularizers leave the timing alone but do act on CDNV
+    for reg, test in (("collapse_prevent", lambda ratio: ratio >= 2.0), ("collapse_encourage", lambda ratio: ratio <= 0.5)):
+        run = h[reg]
+        tg = first_step(run, "val/accuracy", 0.95)
+        last = run[-1]["step"]
+        ratio = run[-1]["cdnv"] / at_step(base, "cdnv", last)
+        r[f"{reg}_t_gen"], r[f"{reg}_cdnv_ratio"] = tg, ratio
+        r[f"C_{reg}"] = tg > 0 and 0.5 * t_gen <= tg <= 2 * t_gen and test(ratio)
+    return r
+
+
+def digits_claim(hist: dict[str, list[dict]], cancel: int) -> dict:
+    reg, base = hist["anti_flat"], hist["baseline"]
+    def mean_gap(lo: int) -> float:
+        gaps = [at_step(base, "val/accuracy", x["step"]) - x["val/accuracy"] for x in reg if lo <= x["step"] < cancel]
+        return sum(gaps) / len(gaps)
+
+    gap, late_gap = mean_gap(0), mean_gap(cancel // 2)
+    final_reg, final_base = reg[-1]["val/accuracy"], base[-1]["val/accuracy"]
+    recovered = final_reg >= final_base - 0.03
+    return {"gap_points": 100 * gap, "late_gap_points": 100 * late_gap, "final_reg": final_reg, "final_base": final_base,
+            "pass": gap >= 0.10 and recovered}
+
+
+def plot(histories, digits, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(2, 3, figsize=(15, 8))
+    colors = {"baseline": "k", "anti_flat": "tab:red", "collapse_prevent": "tab:blue", "collapse_encourage": "tab:green"}
+    for seed, h in histories.items():
+        b = h["baseline"]
+        steps = [x["step"] for x in b]
+        ax[0, 0].plot(steps, [x["train/accuracy"] for x in b], "--", color="0.5", lw=1, label="train" if seed == 0 else None)
+        ax[0, 0].plot(steps, [x["val/accuracy"] for x in b], color="k", lw=1.2, label="val" if seed == 0 else None)
+        ax[0, 1].semilogy(steps, [x["rf"] for x in b], color="tab:purple", lw=1.2, label=f"seed {seed}")
+        ax[0, 2].semilogy(steps, [x["cdnv"] for x in b], color="tab:orange", lw=1.2, label=f"seed {seed}")
+        for reg, run in h.items():
+            kw = {"color": colors[reg], "lw": 1.2, "label": reg if seed == 0 else None}
+            ax[1, 0].plot([x["step"] for x in run], [x["val/accuracy"] for x in run], **kw)
+            ax[1, 1].semilogy([x["step"] for x in run], [x["cdnv"] for x in run], **kw)
+    ax[0, 0].set_title("baseline: train (dashed) / val accuracy, 3 seeds")
+    ax[0, 1].set_title("baseline: relative flatness (trace form)")
+    ax[0, 2].set_title("baseline: CDNV (train features)")
+    ax[1, 0].set_title("val accuracy by regularizer (3 seeds)")
+    ax[1, 0].axvline(2000, color="tab:red", ls=":", lw=1)
+    ax[1, 1].set_title("CDNV by regularizer")
+    for reg, run in digits.items():
+        ax[1, 2].plot([x["step"] for x in run], [x["val/accuracy"] for x in run], color=colors[reg], label=reg)
+    ax[1, 2].set_title("digits MLP: test accuracy (anti-flat cancelled at step 500)")
+    for a in ax.flat:
+        a.set_xlabel("step")
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def fmt(v) -> str:
+    if isinstance(v, bool):
+        return "PASS" if v else "FAIL"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.3g}"
+    return str(v)
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Path:
+    t0 = time.time()
+    seeds = SEEDS[:1] if quick else SEEDS
+    storage = str(Path("results/reproduce/grokking_flatness").resolve())
+    tasks = []
+    for seed in seeds:
+        for regime, over in REGIMES.items():
+            tasks.append((JOB, f"{regime}-seed{seed}", [*over, f"seed={seed}", "log_every=50"], storage))
+    for regime, over in (("baseline", ["reg=none"]), ("anti_flat", [])):
+        tasks.append((DIGITS_JOB, f"digits-{regime}", over, storage))
+    tasks.sort(key=lambda t: "max_steps=4000" not in t[2])  # longest first
+    print(f"[grokking_flatness] {len(tasks)} runs, {workers} at a time (1 torch thread each) -> {storage}", flush=True)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        results = dict(zip([t[1] for t in tasks], pool.map(_run, tasks)))
+    histories = {s: {r: results[f"{r}-seed{s}"] for r in REGIMES} for s in seeds}
+    digits = {"baseline": results["digits-baseline"], "anti_flat": results["digits-anti_flat"]}
+    per_seed = {s: claims_for_seed(h) for s, h in histories.items()}
+    dig = digits_claim(digits, 500)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    png = out / "grokking_flatness.png"
+    plot(histories, digits, png)
+    claims = ["A", "B", "C_anti_flat", "C_collapse_prevent", "C_collapse_encourage"]
+    cols = ["t_mem", "t_gen", "cdnv_frac_before_tgen", "rf_drop_step", "af_val_at_tgen", "af_train_at_tgen", "af_val_final",
+            "collapse_prevent_t_gen", "collapse_prevent_cdnv_ratio", "collapse_encourage_t_gen", "collapse_encourage_cdnv_ratio"]
+    lines = [
+        "# grokking_flatness — reproduction report",
+        "",
+        "Paper: *Flatness is Necessary, Neural Collapse is Not: Rethinking Generalization via Grokking* (NeurIPS 2025).",
+        f"Command: `methodlab reproduce grokking_flatness{' --quick' if quick else ''}`; wall time {time.time() - t0:.0f} s "
+        f"({workers} runs at a time, 1 torch thread each).",
+        f"Setting: `{JOB}` (mod-97 addition, train fraction 0.3, 1-layer transformer, AdamW lr 3e-3, weight decay 1.0); "
+        f"seeds {list(seeds)}. Regimes: baseline 4,000 steps; anti-flat (lambda 1e-2, tau 2, cap 150, off at step 2,000) "
+        "3,000 steps; collapse-prevent / -encourage (lambda 1e-3) until 100 steps after val >= 95 %.",
+        "",
+        "## Claims per seed",
+        "",
+        "| seed | " + " | ".join(claims) + " |",
+        "|---|" + "---|" * len(claims),
+    ]
+    for s, r in per_seed.items():
+        lines.append(f"| {s} | " + " | ".join(fmt(r[c]) for c in claims) + " |")
+    all_pass = {c: all(r[c] for r in per_seed.values()) for c in claims}
+    lines.append("| all | " + " | ".join(fmt(v) for v in all_pass.values()) + " |")
+    lines += ["", "## Measured values (per seed and mean)", "", "| seed | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for s, r in per_seed.items():
+        lines.append(f"| {s} | " + " | ".join(fmt(r[c]) for c in cols) + " |")
+    means = {c: sum(float(r[c]) for r in per_seed.values()) / len(per_seed) for c in cols}
+    lines.append("| mean | " + " | ".join(fmt(means[c]) for c in cols) + " |")
+    lines += [
+        "",
+        "Definitions (spec, Acceptance): t_mem = first step where the best of the last 3 logs of train accuracy >= 99 %; "
+        "t_gen = first step with val accuracy >= 95 %. A: t_gen >= 2 t_mem. B: CDNV has fallen by >= 50 % of its total "
+        "decrease before t_gen, and the steepest decrease of log RF (over logs with train acc >= 99 %) lies within 20 % of "
+        "t_gen. C: anti-flat val <= 50 % at the baseline's t_gen with train >= 99 %; collapse-prevent / -encourage reach "
+        "val >= 95 % within [0.5, 2] x baseline t_gen and end with CDNV >= 2x / <= 0.5x the baseline's at the same step.",
+        "",
+        "## Digits variant (MLP 64-256-256-10 on sklearn digits, 300 training images)",
+        "",
+        "| mean test-acc gap, whole regularized phase (points) | same, its second half | anti-flat final | unregularized final | claim |",
+        "|---|---|---|---|---|",
+        f"| {dig['gap_points']:.1f} | {dig['late_gap_points']:.1f} | {dig['final_reg']:.3f} | {dig['final_base']:.3f} | {fmt(dig['pass'])} |",
+        "",
+        "Claim: averaged over the regularized phase (steps 0-500 = 100 epochs), test accuracy is >= 10 points below the "
+        "unregularized run at the same step, and it recovers to within 3 points of it after cancellation. lambda is 0.6 "
+        "here ([calibrated]: 1e-2, the ResNet value, has no measurable effect on this MLP within 100 epochs; 1.0 and above "
+        "collapse it to chance for good). The gap is largest early: late in the phase it shrinks (second column).",
+        "",
+        "## Paper anchors",
+        "",
+        "The paper's Fig. 1 (2-layer model, train fraction 0.2, lr 1e-4, 1e5 steps) shows CDNV falling before "
+        "generalisation and RF dropping steeply at its onset; the CPU preset compresses the same phases into a few "
+        "thousand steps. The 2-layer paper run is `jobs/grokking_flatness/paper.yaml` (hours on 2 CPU cores).",
+        "",
+        f"![curves]({png.name})",
+    ]
+    report = out / "grokking_flatness.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report

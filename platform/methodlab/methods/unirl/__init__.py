@@ -1,0 +1,22 @@
+"""Uni-RL: Unifying Online and Offline RL via Implicit Value Regularization (NeurIPS 2025)."""
+
+from methodlab.core.method import MethodSpec
+
+_PKG = "methodlab.methods.unirl"
+
+SPEC = MethodSpec(
+    slug="unirl",
+    title="Uni-RL: online, offline and offline-to-online RL on one IVR objective",
+    paper="Xu, Mao, Jin, Zhang, Zhan, Zhang. NeurIPS 2025. openreview mjZi8cV18P",
+    config=f"{_PKG}.config:Config",
+    fit=f"{_PKG}.train:fit",
+    predictor=f"{_PKG}.predictor:Predictor",
+    reproduce=f"{_PKG}.reproduce:main",
+    settings={
+        "offline": f"{_PKG}.train:fit_offline",
+        "online": f"{_PKG}.train:fit_online",
+        "offline_to_online": f"{_PKG}.train:fit_offline_to_online",
+        "make_dataset": f"{_PKG}.make_dataset:fit_make_dataset",
+    },
+    family="rl",
+)

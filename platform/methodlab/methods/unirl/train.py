@@ -1,0 +1,178 @@
+"""unirl training loop, top to bottom, for the three regimes on one step axis:
+offline (gradient steps on a fixed dataset), online (env steps, one update per env step after
+start_steps), offline_to_online (max_steps offline steps, then online_steps env steps with the same
+losses, networks and buffer; pi_ref starts as the offline actor). One report per evaluation (ASHA's
+training_iteration counts evaluations); checkpoints ride on reports every checkpoint_every steps."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from methodlab.core import CheckpointError, RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.data.offline_rl import env_spaces
+from methodlab.methods.unirl.config import Config
+from methodlab.methods.unirl.data import Replay, offline_data, reward_scale_for
+from methodlab.methods.unirl.evaluate import evaluate, make_rescaled_env
+from methodlab.methods.unirl.learner import Learner
+
+SLUG = "unirl"
+
+
+def _with_regime(cfg: Config, regime: str) -> Config:
+    return cfg if cfg.regime == regime else Config.model_validate({**cfg.model_dump(), "regime": regime})
+
+
+def fit_offline(cfg: Config, ctx: RunContext) -> dict:
+    return fit(_with_regime(cfg, "offline"), ctx)
+
+
+def fit_online(cfg: Config, ctx: RunContext) -> dict:
+    return fit(_with_regime(cfg, "online"), ctx)
+
+
+def fit_offline_to_online(cfg: Config, ctx: RunContext) -> dict:
+    return fit(_with_regime(cfg, "offline_to_online"), ctx)
+
+
+def _broadcast(metrics: dict, ctx: RunContext) -> dict:
+    """Rank 0 evaluates; with DDP the other ranks receive its numbers so every rank reports the same."""
+    if ctx.world_size == 1:
+        return metrics
+    import torch.distributed as dist
+
+    keys = ["eval/return", "eval/return_std", "eval/normalized_score"]
+    t = torch.tensor([metrics.get(k, 0.0) for k in keys], dtype=torch.float64)
+    dist.broadcast(t, src=0)
+    return dict(zip(keys, t.tolist()))
+
+
+def fit(cfg: Config, ctx: RunContext) -> dict:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed * 1000 + ctx.rank)  # each DDP rank samples its own batches and env episodes
+    obs_dim, low, high = env_spaces(cfg.env)
+    act_dim = len(low)
+    learner = Learner(cfg, obs_dim, act_dim, prepare=ctx.prepare_model)
+    learner.generator.manual_seed(cfg.seed * 1000 + ctx.rank)
+
+    # --- data: dataset rows first (offline, o2o), then online transitions --------------------------
+    data = offline_data(cfg) if cfg.regime != "online" else None
+    scale = reward_scale_for(cfg, data) if data is not None else 1.0
+    if cfg.regime == "offline":
+        buf = Replay(obs_dim, act_dim, len(data))
+    elif cfg.regime == "online":
+        buf = Replay(obs_dim, act_dim, min(cfg.buffer_capacity, cfg.online_steps))
+    else:  # o2o keeps the whole dataset and every online transition
+        buf = Replay(obs_dim, act_dim, len(data) + cfg.online_steps)
+    if data is not None:
+        buf.add_dataset(data, scale)
+    online_from = {"offline": None, "online": 0, "offline_to_online": cfg.max_steps}[cfg.regime]
+    use_pi_ref = cfg.learner == "unirl" and cfg.ref_mode != "buffer"
+    rng = np.random.default_rng(cfg.seed * 1000 + ctx.rank)  # exploration (start_steps)
+    step, history, update_credit = 0, [], 0.0
+
+    if ctx.checkpoint is not None:
+        ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
+        if data is not None and ck.state.get("dataset_sha256") not in (None, data.meta.get("sha256")):
+            raise CheckpointError(f"{ctx.checkpoint}: trained on dataset sha256 {ck.state['dataset_sha256']}, "
+                                  f"the job's dataset has {data.meta.get('sha256')}")
+        learner.load_weights(ck.weights)
+        learner.load_torch_state(ck.torch_state)
+        step, history = int(ck.state["step"]), list(ck.extras.get("history", []))
+        learner.grad_steps, learner.ref_refreshed_at = int(ck.state["grad_steps"]), int(ck.state["ref_refreshed_at"])
+        update_credit = float(ck.state.get("update_credit", 0.0))
+        rng.bit_generator.state = ck.state["numpy_rng"]
+        if online_from is not None and step > online_from:
+            buf.load(Path(ctx.checkpoint) / "replay.npz")
+    ctx.history[:] = history
+
+    def writer(final: bool):
+        def write(d: Path) -> None:
+            save_checkpoint(d, method=SLUG, config=cfg, weights=learner.weights(), torch_state=learner.torch_state(),
+                            state={"step": step, "final": final, "grad_steps": learner.grad_steps,
+                                   "ref_refreshed_at": learner.ref_refreshed_at, "update_credit": update_credit,
+                                   "numpy_rng": rng.bit_generator.state, "reward_scale": scale,
+                                   "dataset": data.meta.get("name") if data is not None else None,
+                                   "dataset_sha256": data.meta.get("sha256") if data is not None else None,
+                                   "metrics": ctx.history[-1] if ctx.history else {}},
+                            extras={"history": ctx.history,
+                                    "env": {"id": cfg.env, "obs_dim": obs_dim, "action_low": low.tolist(),
+                                            "action_high": high.tolist()}})
+            if online_from is not None:  # the online transitions: networks alone cannot resume a replay run
+                buf.save(d / "replay.npz")
+        return write
+
+    env, obs = None, None
+    sums: dict[str, torch.Tensor] = {}
+    n_updates, t0, step0 = 0, time.time(), step
+    episode_return, episode_returns = 0.0, []
+    while step < cfg.total_steps:
+        online = online_from is not None and step >= online_from
+        if online:
+            if env is None:  # a resumed run starts a new episode (the one in progress is not saved)
+                env = make_rescaled_env(cfg.env)
+                obs = env.reset(seed=cfg.seed * 1000 + ctx.rank + step)[0].astype(np.float32)
+                if step == cfg.max_steps and cfg.regime == "offline_to_online" and use_pi_ref:
+                    learner.refresh_reference(force=True)  # mu switches from the data to the offline actor
+            env_step = step - online_from
+            if env_step < cfg.start_steps_value:
+                act = rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
+            else:
+                act = learner.actor.act(torch.as_tensor(obs)[None], False, learner.generator)[0].numpy()
+            nxt, r, term, trunc, _ = env.step(act)
+            nxt = nxt.astype(np.float32)
+            buf.add(obs, act, r, nxt, term, trunc)
+            episode_return += float(r)
+            obs = nxt
+            if term or trunc:
+                episode_returns.append(episode_return)
+                episode_return, obs = 0.0, env.reset()[0].astype(np.float32)
+            step += 1
+            if env_step + 1 >= cfg.start_steps_value and buf.size >= cfg.batch_size:
+                update_credit += cfg.updates_per_env_step
+                while update_credit >= 1.0:
+                    update_credit -= 1.0
+                    out = learner.update(buf.sample(cfg.batch_size, learner.generator), use_pi_ref)
+                    if use_pi_ref:
+                        learner.refresh_reference()
+                    n_updates += 1
+                    for k, v in out.items():
+                        sums[k] = sums.get(k, 0.0) + v
+        else:
+            if cfg.regime == "offline" and cfg.actor_cosine:  # IVR: cosine decay of the actor lr to 0
+                learner.set_actor_lr(cfg.lr * 0.5 * (1.0 + math.cos(math.pi * step / cfg.max_steps)))
+            out = learner.update(buf.sample(cfg.batch_size, learner.generator), use_pi_ref=False)
+            n_updates += 1
+            for k, v in out.items():
+                sums[k] = sums.get(k, 0.0) + v
+            step += 1
+
+        if step % cfg.eval_every == 0 or step == cfg.total_steps:
+            ev = evaluate(learner.actor, cfg.env, cfg.eval_episodes, base_seed=10_000) if ctx.is_main else {}
+            ev = _broadcast(ev, ctx)
+            scores = [h["eval/normalized_score"] for h in ctx.history] + [ev["eval/normalized_score"]]
+            metrics = {"step": step, "online": float(online), "grad_steps": learner.grad_steps,
+                       "env_steps": max(0, step - online_from) if online_from is not None else 0, **ev,
+                       "eval/normalized_score_last3": float(np.mean(scores[-3:])),
+                       "actor/log_std_mean": learner.actor_log_std_mean(),
+                       "time/steps_per_s": (step - step0) / max(time.time() - t0, 1e-9)}
+            metrics.update({f"train/{k}": float(v) / max(n_updates, 1) for k, v in sums.items()})
+            if episode_returns:
+                metrics["train/episode_return"] = float(np.mean(episode_returns))
+            done = step >= cfg.total_steps
+            save = done or step % cfg.checkpoint_every == 0
+            ctx.report(metrics, checkpoint=writer(done) if save else None)
+            sums, n_updates, t0, step0, episode_returns = {}, 0, time.time(), step, []
+    if env is not None:
+        env.close()
+    if not ctx.history or ctx.history[-1]["step"] != step:  # resumed at the very end: report once
+        ev = _broadcast(evaluate(learner.actor, cfg.env, cfg.eval_episodes) if ctx.is_main else {}, ctx)
+        scores = [h["eval/normalized_score"] for h in ctx.history] + [ev["eval/normalized_score"]]
+        ctx.report({"step": step, **ev, "eval/normalized_score_last3": float(np.mean(scores[-3:]))},
+                   checkpoint=writer(True))
+    return ctx.history[-1]

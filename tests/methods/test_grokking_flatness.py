@@ -96,6 +96,12 @@ def test_resume_continues_at_saved_step(tmp_path):
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     assert [__import__("json").loads(x)["step"] for x in lines] == [50, 100]  # no step repeated from 0
     assert resumed["metrics"]["train/loss"] == pytest.approx(full["metrics"]["train/loss"], rel=1e-4)
+    # resuming under a different config is refused, naming the field
+    from methodlab.core import ConfigError
+
+    other = load_job(None, data=data, smoke=True, overrides=["max_steps=100", "lr=1e-3"])
+    with pytest.raises(ConfigError, match=r"different config \(lr\)"):
+        run_local(other, "split", str(tmp_path), quiet=True)
 
 
 def test_predictor_domain_checks(smoke_root):

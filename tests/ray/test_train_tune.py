@@ -67,3 +67,23 @@ def test_tune_sweep_optuna_asha_and_resume(ray_cluster, tmp_path, repo):
     assert again["num_trials"] == 4
     hist2 = pd.read_parquet(tmp_path / "store" / "sweep" / "history.parquet")
     assert len(hist2) == len(hist)
+
+
+def test_tune_multi_worker_trials_drive_a_torchtrainer(ray_cluster, tmp_path, repo):
+    """num_workers > 1: each trial is a 0.01-CPU driver that runs a 2-worker TorchTrainer named after the trial."""
+    from methodlab.runners.tune import run_tune
+
+    job = yaml.safe_load((repo / "jobs/grokking_flatness/cpu.yaml").read_text())
+    job["scaling"] = {"num_workers": 2, "cpus_per_worker": 0.99}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    space = {"base_job": str(tmp_path / "job.yaml"), "num_samples": 2, "max_concurrent_trials": 1,
+             "config": {**Config_smoke(), "max_steps": 100, "log_every": 50, "checkpoint_every": 50},
+             "search_alg": {"type": "optuna", "seed": 0}, "scheduler": {"type": "fifo"},
+             "params": {"reg": {"choice": ["none", "collapse_encourage"]}}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    out = run_tune(load_search_space(tmp_path / "space.yaml"), "multi", str(tmp_path / "store"), quiet=True)
+    table = pd.read_parquet(tmp_path / "store" / "multi" / "summary.parquet")
+    assert out["errors"] == 0 and len(table) == 2
+    assert (table["final/step"] == 100).all()
+    runs = sorted(p.name for p in (tmp_path / "store" / "multi" / "train_runs").iterdir())
+    assert len(runs) == 2 and all(r.startswith("train-") for r in runs)

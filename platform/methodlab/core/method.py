@@ -29,6 +29,10 @@ class MethodConfig(BaseModel):
 
     seed: int = Field(0, description="Seed for every random generator of the run.")
 
+    # Fields a resumed run may change (e.g. train longer); any other difference refuses the resume.
+    resume_may_change: ClassVar[frozenset[str]] = frozenset({"max_steps", "epochs", "log_every", "checkpoint_every",
+                                                             "torch_threads", "stop_at_val_acc", "stop_after_steps"})
+
     primary_metric: ClassVar[str] = "eval/accuracy"
     mode: ClassVar[Literal["max", "min"]] = "max"
     smoke: ClassVar[dict[str, Any]] = {}

@@ -36,6 +36,21 @@ def persist_checkpoint(src: Path, root: Path, step: int, keep: int | None) -> Pa
     return final
 
 
+def check_resume_compatible(run_dir: Path, cfg) -> None:
+    """Resuming a run under a different config would silently mix two experiments: refuse it."""
+    from methodlab.core.errors import ConfigError
+
+    record = run_dir / "job.yaml"
+    if not record.exists():
+        return
+    old = (yaml.safe_load(record.read_text()) or {}).get("config") or {}
+    new = cfg.model_dump(mode="json")
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in type(cfg).resume_may_change)
+    if changed:
+        raise ConfigError(f"run folder {run_dir} holds a run with a different config ({', '.join(changed)}); "
+                          "pass --fresh to start over or --name for a new run")
+
+
 def write_job_record(run_dir: Path, loaded, name: str, storage: str, runner: str) -> None:
     record = loaded.job.model_dump(mode="json")
     record["config"] = loaded.config.model_dump(mode="json")
@@ -50,6 +65,7 @@ def run_local(loaded, name: str, storage: str, *, quiet: bool = False, fresh: bo
     if fresh and run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    check_resume_compatible(run_dir, loaded.config)
     write_job_record(run_dir, loaded, name, storage, "local")
     ckpt_root = run_dir / "checkpoints"
     resume = latest_checkpoint(ckpt_root)

@@ -88,7 +88,7 @@ def build_trainer(loaded, name: str, storage: str, *, callbacks=(), resume_from:
 
 
 def run_train(loaded, name: str, storage: str, *, address: str | None = None, quiet: bool = False) -> dict:
-    from methodlab.runners.local import write_job_record
+    from methodlab.runners.local import check_resume_compatible, write_job_record
     from methodlab.runners.paths import is_uri
     from methodlab.runners.ray_session import init_ray
     from methodlab.runners.results import write_run_summary
@@ -100,6 +100,7 @@ def run_train(loaded, name: str, storage: str, *, address: str | None = None, qu
     resume_from = None
     if local:
         run_dir.mkdir(parents=True, exist_ok=True)
+        check_resume_compatible(run_dir, loaded.config)
         write_job_record(run_dir, loaded, name, storage, "train")
         found = latest_checkpoint(run_dir)
         resume_from = str(found) if found else None

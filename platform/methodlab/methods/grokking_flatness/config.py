@@ -44,6 +44,9 @@ class Config(MethodConfig):
     optimizer: Literal["adamw", "sgd"] = "adamw"
     lr: float = Field(1e-4, gt=0.0, le=1.0)
     weight_decay: float = Field(1.0, ge=0.0, le=10.0, description="Decoupled (AdamW, to zero) weight decay.")
+    wd_params: Literal["all", "weights"] = Field(
+        "all", description="[RECON] all: decay every parameter (grok); weights: only weight matrices, not LayerNorm, "
+                           "biases or embeddings (minGPT convention; keeps lr 3e-3 stable on the CPU preset).")
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = Field(1e-8, gt=0.0)
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum (digits variant).")

@@ -19,9 +19,15 @@ DIGITS_JOB = "jobs/grokking_flatness/digits.yaml"
 REGIMES = {
     "baseline": ["reg=none", "max_steps=4000"],
     "anti_flat": ["reg=anti_flat", "lam=0.01", "tau=2.0", "w_cap=150", "cancel_step=2000", "max_steps=3000"],
-    "collapse_prevent": ["reg=collapse_prevent", "lam=0.001", "max_steps=4000", "stop_at_val_acc=0.95"],
-    "collapse_encourage": ["reg=collapse_encourage", "lam=0.001", "max_steps=4000", "stop_at_val_acc=0.95"],
+    "collapse_prevent": ["reg=collapse_prevent", "lam=0.001", "max_steps=4000"],
+    # lambda 1e-3 left CDNV within noise of the baseline (measured); the spec allows raising it: 3e-2
+    "collapse_encourage": ["reg=collapse_encourage", "lam=0.03", "max_steps=4000"],
 }
+
+
+def run_name(regime: str, seed: int) -> str:
+    lam = next((o.split("=")[1] for o in REGIMES[regime] if o.startswith("lam=")), None)
+    return f"{regime}-lam{lam}-seed{seed}" if regime.startswith("collapse") else f"{regime}-seed{seed}"
 
 
 def _run(args) -> list[dict]:
@@ -68,8 +74,8 @@ def claims_for_seed(h: dict[str, list[dict]]) -> dict:
     for reg, test in (("collapse_prevent", lambda ratio: ratio >= 2.0), ("collapse_encourage", lambda ratio: ratio <= 0.5)):
         run = h[reg]
         tg = first_step(run, "val/accuracy", 0.95)
-        last = run[-1]["step"]
-        ratio = run[-1]["cdnv"] / at_step(base, "cdnv", last)
+        # "final CDNV": mean of the last 5 logs of both runs (same steps); single logs oscillate after grokking
+        ratio = sum(x["cdnv"] for x in run[-5:]) / sum(x["cdnv"] for x in base[-5:])
         r[f"{reg}_t_gen"], r[f"{reg}_cdnv_ratio"] = tg, ratio
         r[f"C_{reg}"] = tg > 0 and 0.5 * t_gen <= tg <= 2 * t_gen and test(ratio)
     return r
@@ -139,14 +145,14 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Pat
     tasks = []
     for seed in seeds:
         for regime, over in REGIMES.items():
-            tasks.append((JOB, f"{regime}-seed{seed}", [*over, f"seed={seed}", "log_every=50"], storage))
+            tasks.append((JOB, run_name(regime, seed), [*over, f"seed={seed}", "log_every=50"], storage))
     for regime, over in (("baseline", ["reg=none"]), ("anti_flat", [])):
         tasks.append((DIGITS_JOB, f"digits-{regime}", over, storage))
     tasks.sort(key=lambda t: "max_steps=4000" not in t[2])  # longest first
     print(f"[grokking_flatness] {len(tasks)} runs, {workers} at a time (1 torch thread each) -> {storage}", flush=True)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = dict(zip([t[1] for t in tasks], pool.map(_run, tasks)))
-    histories = {s: {r: results[f"{r}-seed{s}"] for r in REGIMES} for s in seeds}
+    histories = {s: {r: results[run_name(r, s)] for r in REGIMES} for s in seeds}
     digits = {"baseline": results["digits-baseline"], "anti_flat": results["digits-anti_flat"]}
     per_seed = {s: claims_for_seed(h) for s, h in histories.items()}
     dig = digits_claim(digits, 500)
@@ -166,7 +172,8 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Pat
         f"({workers} runs at a time, 1 torch thread each).",
         f"Setting: `{JOB}` (mod-97 addition, train fraction 0.3, 1-layer transformer, AdamW lr 3e-3, weight decay 1.0); "
         f"seeds {list(seeds)}. Regimes: baseline 4,000 steps; anti-flat (lambda 1e-2, tau 2, cap 150, off at step 2,000) "
-        "3,000 steps; collapse-prevent / -encourage (lambda 1e-3) until 100 steps after val >= 95 %.",
+        "3,000 steps; collapse-prevent (lambda 1e-3) and collapse-encourage (lambda 3e-2, raised from 1e-3 as the spec "
+        "allows: at 1e-3 its CDNV stayed within noise of the baseline) 4,000 steps.",
         "",
         "## Claims per seed",
         "",
@@ -188,7 +195,8 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Pat
         "t_gen = first step with val accuracy >= 95 %. A: t_gen >= 2 t_mem. B: CDNV has fallen by >= 50 % of its total "
         "decrease before t_gen, and the steepest decrease of log RF (over logs with train acc >= 99 %) lies within 20 % of "
         "t_gen. C: anti-flat val <= 50 % at the baseline's t_gen with train >= 99 %; collapse-prevent / -encourage reach "
-        "val >= 95 % within [0.5, 2] x baseline t_gen and end with CDNV >= 2x / <= 0.5x the baseline's at the same step.",
+        "val >= 95 % within [0.5, 2] x baseline t_gen and end with CDNV >= 2x / <= 0.5x the baseline's (mean of the last "
+        "5 logs, steps 3,800-4,000, of both runs).",
         "",
         "## Digits variant (MLP 64-256-256-10 on sklearn digits, 300 training images)",
         "",

@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 		$(BIN)/pip install -q torch==2.13.0 || exit 1; \
 		$(BIN)/python -c "import torch,sys; sys.exit('CUDA torch on a CPU machine' if torch.version.cuda else 0)"; \
 	fi
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[all,test]'
 	@touch $@
 
 # Debian data packages from shared DATA.md; only as root, never fatal (dependent tests skip with the reason).

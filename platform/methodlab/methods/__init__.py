@@ -1,6 +1,8 @@
 """The registry: slug -> "module:SPEC". Imported lazily, so listing methods loads no method stack."""
 
 REGISTRY: dict[str, str] = {
+    "mtpp_threshold": "methodlab.methods.mtpp_threshold:SPEC",
+    "min_swgg": "methodlab.methods.min_swgg:SPEC",
     "grokking_flatness": "methodlab.methods.grokking_flatness:SPEC",
     "unirl": "methodlab.methods.unirl:SPEC",
     "hier_retrieval": "methodlab.methods.hier_retrieval:SPEC",

@@ -15,7 +15,7 @@ class Config(MethodConfig):
     primary_metric: ClassVar[str] = "val/short_long_mean"
     mode: ClassVar[Literal["max", "min"]] = "max"
     smoke: ClassVar[dict] = {"branching": 2, "depth": 4, "dim": 8, "steps": 250, "finetune_steps": 50,
-                             "batch_size": 256, "delta_long": 3, "eval_every": 50, "finetune_eval_every": 10,
+                             "batch_size": 256, "lr": 1e-2, "delta_long": 3, "eval_every": 50, "finetune_eval_every": 10,
                              "recipe": "pretrain_finetune", "torch_threads": 1}
 
     # --- data ----------------------------------------------------------------------------------------

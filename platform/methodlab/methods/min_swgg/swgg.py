@@ -153,6 +153,12 @@ def perturbed_h(g: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: dict[str,
         with torch.no_grad():
             W = stacked["weight"][:, 0, :]  # [S, d]
             return lifted_cost(x, y, W @ x.T, W @ y.T, cost, gram=gram)
+    if isinstance(g, BusemannSlice):  # fast path: all S perturbed ideal points at once
+        with torch.no_grad():
+            th = stacked["direction"][:, 0, :]  # [S, d]
+            proj = lambda p: torch.log((th[:, None] - p[None]).pow(2).sum(-1)  # noqa: E731
+                                       / (1 - p.pow(2).sum(-1)).clamp_min(1e-10)[None])
+            return lifted_cost(x, y, proj(x), proj(y), cost, gram=gram)
 
     def proj(p, pts):
         return functional_call(g, p, (pts,)).reshape(pts.shape[0])
@@ -270,7 +276,7 @@ def dgswp(x: torch.Tensor, y: torch.Tensor, g: nn.Module, opt, *, n_iter: int = 
     else:
         best_iter = n_iter
     sigma, tau = sorting_plan(g, x, y)
-    h = float(lifted_cost(x, y, project(g, x).detach()[None], project(g, y).detach()[None], cost)[0])
+    h = float(lifted_cost(x, y, project(g, x).detach()[None], project(g, y).detach()[None], cost, gram=gram)[0])
     if h_init is None:
         h_init = h
     return FitResult(h_init, h, sigma, tau, best_iter, hist, smooth, evaluations=n_iter * (n_samples + 1))

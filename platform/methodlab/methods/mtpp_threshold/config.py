@@ -69,6 +69,7 @@ class Config(MethodConfig):
     bisect_max_steps: int = Field(50, ge=1, le=200)
     rare_marks: int | None = Field(None, ge=1, description="Rare-mark F1 averages the k rarest training marks (None: 2 if M <= 5 else 5).")
     time_eval: bool = Field(True, description="Compute time MAE at the final evaluation (the sampling is the slow part).")
+    max_time_eval_events: int | None = Field(None, ge=1, description="Time MAE on the first n test targets only (None: all).")
 
     # --- logging / runtime -----------------------------------------------------------------------
     eval_every: int = Field(1, ge=1, description="Epochs between validation passes (early stopping granularity).")

@@ -50,8 +50,9 @@ def _add(out, prefix, suffix, pred, y, data):
     return s
 
 
+@torch.no_grad()
 def evaluate(model, data, cfg, thresholds, split: str = "test", time_eval: bool | None = None, nll: bool = True,
-             oracle: bool = True) -> dict:
+             oracle: bool = True, timefirst: bool = True) -> dict:
     padded = getattr(data, split)
     time_eval = cfg.time_eval if time_eval is None else time_eval
     model.eval()
@@ -70,27 +71,31 @@ def evaluate(model, data, cfg, thresholds, split: str = "test", time_eval: bool 
         out[f"{split}/freq_m{m}"] = float(np.mean(y_np == m))
     out[f"{split}/mean_gap"] = float(tau_np.mean())
     gen = torch.Generator().manual_seed(cfg.seed * 7919 + 17)
+    k = len(y_np) if cfg.max_time_eval_events is None else min(len(y_np), cfg.max_time_eval_events)
+    if time_eval:
+        out[f"{split}/time_events"] = float(k)
     kw = dict(tol=cfg.bisect_tol, max_steps=cfg.bisect_max_steps)
     if isinstance(model, LogNormMix):  # marks and time independent given the history: one time prediction
         if time_eval:
-            et = model.expected_time(hist, data.stats.log_mean, data.stats.log_std).numpy()
-            out[f"{split}/mae"] = out[f"{split}/mae_argmax"] = float(np.abs(et - tau_np).mean())
+            et = model.expected_time(hist[:k], data.stats.log_mean, data.stats.log_std).numpy()
+            out[f"{split}/mae"] = out[f"{split}/mae_argmax"] = float(np.abs(et - tau_np[:k]).mean())
             out[f"{split}/mean_expected_gap"] = float(et.mean())
-    else:
+    elif timefirst:
         # time-first pipeline: tau_hat = E[tau] (sampling m ~ p*(m), then tau | m), then argmax p*(m | tau_hat)
         if time_eval:
-            t_first = tpp.expected_time_marginal(model, hist, p, data.stats, cfg.n_time_samples, gen, **kw)
-        else:  # marks only: the expected gap by the same sampler with a few samples is still needed for p(m | tau)
-            t_first = tpp.expected_time_marginal(model, hist, p, data.stats, 8, gen, **kw)
-        pred_tf = tpp.mark_given_time(model, hist, t_first, data.stats).argmax(1).numpy()
-        _add(out, split, "_timefirst", pred_tf, y_np, data)
+            n_s, sl = cfg.n_time_samples, slice(0, k)
+        else:  # marks only: the time-first pipeline still needs an expected gap; a few samples on every target
+            n_s, sl = 8, slice(0, len(y_np))
+        t_first = tpp.expected_time_marginal(model, hist[sl], p[sl], data.stats, n_s, gen, **kw)
+        pred_tf = tpp.mark_given_time(model, hist[sl], t_first, data.stats).argmax(1).numpy()
+        _add(out, split, "_timefirst", pred_tf, y_np[sl], data)  # on the time-evaluated targets
         out[f"{split}/mean_expected_gap"] = float(t_first.mean())
         if time_eval:
-            out[f"{split}/mae_timefirst"] = float(np.abs(t_first.numpy() - tau_np).mean())
+            out[f"{split}/mae_timefirst"] = float(np.abs(t_first.numpy() - tau_np[sl]).mean())
             for name, pred in (("", pred_thr), ("_argmax", pred_arg)):
-                et = tpp.expected_time_given_mark(model, hist, torch.from_numpy(pred), data.stats,
-                                                  cfg.n_time_samples, gen, **kw)
-                out[f"{split}/mae{name}"] = float(np.abs(et.numpy() - tau_np).mean())
+                et = tpp.expected_time_given_mark(model, hist[sl], torch.from_numpy(pred[sl]), data.stats,
+                                                  n_s, gen, **kw)
+                out[f"{split}/mae{name}"] = float(np.abs(et.numpy() - tau_np[sl]).mean())
     if oracle and data.hawkes_params is not None:
         out.update(oracle_metrics(data, split))
     model.train()

@@ -64,37 +64,45 @@ class IFNMTPP(nn.Module):
     def _head(self, z):
         return torch.sigmoid(-self.out(z)).squeeze(-1)
 
-    def _G(self, hist, tau_std, marks=None):
-        """G_m(tau) for hist [..., d_I] (already mapped) and tau_std broadcastable to [..., K]; marks: None
-        (all M marks, K = M) or an index tensor [..., K] selecting mark-specific time weights.
-        Returns (G [..., K], G_inf [..., K])."""
-        a, b = F.softplus(self.a), self.b
+    def g_inf(self, hist):
+        """G(tau -> inf) [..., 1], the same for every mark: each first-layer unit with a positive weight path
+        from tau saturates at c (the embedding slope softplus(a) is > 0); a unit whose weights from tau are all
+        clipped to 0 does not see tau or the mark at all, so its value is its tau-free part."""
+        layers = list(self.layers)  # mlp_layers >= 1 (config)
+        reach = (layers[0].pos_weight() @ self.time_in.pos_weight()).sum(-1) > 0
+        free = self.g(layers[0](self.time_in.bias + hist))
+        z = torch.where(reach, torch.full_like(free, self.c), free)
+        for layer in layers[1:]:
+            z = self.g(layer(z))
+        return self._head(z).unsqueeze(-1)
+
+    def g_tau(self, hist, tau_std, marks=None):
+        """G_m(tau) for hist [..., d_I] (mapped by hist_proj) and tau_std broadcastable to [..., K];
+        marks: None (all M marks, K = M) or an index tensor [..., K] picking the mark-specific time weights."""
+        # time_in(tau * a_m + b_m) = tau * (W a_m) + (W b_m + bias): map the per-mark vectors once, not every tau
+        w = self.time_in.pos_weight()
+        a, b = F.softplus(self.a) @ w.T, self.b @ w.T + self.time_in.bias
         if marks is not None:
             a, b = a[marks], b[marks]  # [..., K, d_I]
-        e = tau_std.unsqueeze(-1) * a + b
-        z = self.time_in(e) + hist.unsqueeze(-2)
-        layers = list(self.layers)  # mlp_layers >= 1 (config)
-        first = self.g(layers[0](z))
-        # Exact tau -> inf limit of the first layer: every unit with a positive weight path to tau saturates at c
-        # (the embedding slope softplus(a) is > 0); a unit whose weights to tau are all clipped to 0 is constant.
-        reach = (layers[0].pos_weight() @ self.time_in.pos_weight()).sum(-1) > 0
-        first_inf = torch.where(reach, torch.full_like(first, self.c), first)
-        z, z_inf = first, first_inf
-        for layer in layers[1:]:
-            z, z_inf = self.g(layer(z)), self.g(layer(z_inf))
-        return self._head(z), self._head(z_inf)
+        z = tau_std.unsqueeze(-1) * a + b + hist.unsqueeze(-2)
+        for layer in self.layers:
+            z = self.g(layer(z))
+        return self._head(z)
 
-    def gamma_hat(self, hist, tau_std, marks=None):
-        G, G_inf = self._G(hist, tau_std, marks)
-        return (G - G_inf).clamp_min(0.0) if self.removes_tail else G
+    def gamma_hat(self, hist, tau_std, marks=None, ginf=None):
+        """Unnormalised tail Gamma_hat_m(tau) = G_m(tau) - G(inf) (removes_tail), >= 0 and non-increasing."""
+        G = self.g_tau(hist, tau_std, marks)
+        if not self.removes_tail:
+            return G
+        return (G - (self.g_inf(hist) if ginf is None else ginf)).clamp_min(0.0)
 
     # ---- the quantities of the method, all for history states h [..., d_h] ------------------------
     def hist_proj(self, h):
         return self.hist_in(h)
 
-    def mass0(self, hist, tau0_std):
+    def mass0(self, hist, tau0_std, ginf=None):
         """Gamma_hat_m(0) for all marks [..., M] and the normaliser sum_n (Gamma_hat_n(0) + eps) [..., 1]."""
-        g0 = self.gamma_hat(hist, tau0_std.expand(*hist.shape[:-1], 1))
+        g0 = self.gamma_hat(hist, tau0_std.expand(*hist.shape[:-1], 1), ginf=ginf)
         return g0, (g0 + self.eps).sum(-1, keepdim=True)
 
     def mark_probs(self, hist, tau0_std):
@@ -103,8 +111,9 @@ class IFNMTPP(nn.Module):
 
     def gamma_star(self, hist, tau_std, tau0_std, marks=None):
         """Gamma*(m, tau): tau_std [..., K] (K = M for all marks, else `marks` [..., K])."""
-        _, norm = self.mass0(hist, tau0_std)
-        return self.gamma_hat(hist, tau_std, marks) / norm
+        ginf = self.g_inf(hist) if self.removes_tail else None
+        _, norm = self.mass0(hist, tau0_std, ginf)
+        return self.gamma_hat(hist, tau_std, marks, ginf) / norm
 
 
 class LogNormMix(nn.Module):

@@ -80,13 +80,17 @@ def mark_probs_and_states(model, marks, gaps, mask, stats: TimeStats):
 def invert_cdf(model, hist, marks, u, stats: TimeStats, tol: float = 1e-4, max_steps: int = 50):
     """Solve F*(tau | m) = u for tau by bisection in standardised time; hist [N, d_I], marks and u [N, S].
     F*(tau | m) = 1 - Gamma_hat(m, tau) / Gamma_hat(m, 0) (the normaliser cancels). Returns raw tau [N, S]."""
-    h = hist.unsqueeze(1).expand(-1, u.shape[1], -1)
+    ginf = model.g_inf(hist).unsqueeze(1) if model.removes_tail else None  # [N, 1, 1]: tau-free, computed once
 
-    def cdf(x):
-        return 1.0 - model.gamma_hat(h, x.unsqueeze(-1), marks.unsqueeze(-1)).squeeze(-1) / g0
+    def tail(x):
+        return model.gamma_hat(hist.unsqueeze(1), x.unsqueeze(-1), marks.unsqueeze(-1), ginf).squeeze(-1)
 
     lo = stats.tau0.expand_as(u).clone()
-    g0 = model.gamma_hat(h, lo.unsqueeze(-1), marks.unsqueeze(-1)).squeeze(-1).clamp_min(1e-12)
+    g0 = tail(lo).clamp_min(1e-12)
+
+    def cdf(x):
+        return 1.0 - tail(x) / g0
+
     hi = lo + 4.0
     for _ in range(40):  # double the bracket until F*(hi) > u everywhere
         short = cdf(hi) <= u

@@ -106,7 +106,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             bad += cfg.eval_every
         stop = epoch >= cfg.min_epochs and bad >= cfg.patience
         thresholds = calibrate(model, data, cfg)
-        ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False)
+        ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False,
+                      timefirst=False)
         metrics = {"epoch": epoch, "step": epoch, "train/nll": tot / max(n_ev, 1), "val/nll": val_nll,
                    "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
         save = (epoch % cfg.checkpoint_every == 0) and not (stop or last)
@@ -117,7 +118,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         model.load_state_dict(best_state)
     thresholds = calibrate(model, data, cfg)
     final = {"epoch": epoch, "step": epoch, "best_epoch_nll": best_nll}
-    final.update(evaluate(model, data, cfg, thresholds, split="val", time_eval=False))
+    final.update(evaluate(model, data, cfg, thresholds, split="val", time_eval=False, oracle=False, timefirst=False))
     final.update(evaluate(model, data, cfg, thresholds, split="test"))
     for m, e in enumerate(thresholds):
         final[f"threshold/m{m}"] = float(e)

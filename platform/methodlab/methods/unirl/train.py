@@ -54,10 +54,11 @@ def _broadcast(metrics: dict, ctx: RunContext) -> dict:
 def fit(cfg: Config, ctx: RunContext) -> dict:
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
-    seed_everything(cfg.seed * 1000 + ctx.rank)  # each DDP rank samples its own batches and env episodes
+    seed_everything(cfg.seed)  # identical initial networks (and target / reference copies) on every rank
     obs_dim, low, high = env_spaces(cfg.env)
     act_dim = len(low)
     learner = Learner(cfg, obs_dim, act_dim, prepare=ctx.prepare_model)
+    torch.manual_seed(cfg.seed * 1000 + ctx.rank)  # each DDP rank samples its own batches and env episodes
     learner.generator.manual_seed(cfg.seed * 1000 + ctx.rank)
 
     # --- data: dataset rows first (offline, o2o), then online transitions --------------------------

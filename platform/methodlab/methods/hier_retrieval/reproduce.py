@@ -1,0 +1,299 @@
+"""`methodlab reproduce hier_retrieval`: the spec's acceptance experiment on a 2-core CPU.
+
+1. Constructive check (Algorithm 1) on the b=3, D=6 tree: dim = 10 s ln m separates by thresholding at 1/2,
+   dim 16 fails; plus the dimension law (minimal feasible dim vs height H and width W).
+2. Main claims: standard vs rebalanced vs pretrain-finetune, dim 16, 3,000 steps each, 3 seeds.
+3. WordNet nouns (82,115 synsets): the three recipes at a reduced CPU scale (stated in the report),
+   recall by distance beside the paper's dim-64 anchor (distance 8: 19% -> 76%).
+Writes reports/hier_retrieval.md and reports/hier_retrieval.png."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import shutil
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+SLUG = "hier_retrieval"
+SEEDS = (0, 1, 2)
+SYNTH = dict(data="synthetic", branching=3, depth=6, dim=16, gamma=0.5, delta_long=4, negatives="full", steps=3000,
+             batch_size=1024, lr=1e-3, finetune_lr_ratio=0.1, eval_every=500, finetune_eval_every=10, torch_threads=1)
+# WordNet at CPU scale: the spec's preset (dim 64, batch 1,024, 8,192 negatives, 6,000 steps at lr 1e-3) costs
+# ~1 s per step here (~2 h per run); these values keep its structure (sampled softmax, T 20 -> 500, lr ratio 0.1,
+# Adam state carried, 0.15 cap, best-of-validation) at a scale that fits the budget.
+WORDNET = dict(data="wordnet", dim=32, delta_long=5, negatives="sampled", num_negatives=2048, batch_size=512,
+               lr=1e-2, steps=1500, equal_total_steps=False, max_finetune_fraction=0.15, finetune_lr_ratio=0.1,
+               val_queries=1000, eval_queries=5000, eval_every=500, finetune_eval_every=25, checkpoint_every=100000,
+               torch_threads=1)
+PAPER_WN64 = {"standard": [100.0, 93.9, 86.9, 76.8, 60.2, 46.8, 36.1, 28.8, 19.4],
+              "pretrain_finetune": [100.0, 90.8, 91.6, 92.7, 92.6, 91.8, 90.9, 87.3, 75.7]}
+PAPER_WN32 = {"standard": [100.0, 90.8, 79.2, 62.3, 46.4, 31.8, 20.1, 14.8, 8.4],
+              "pretrain_finetune": [100.0, 77.3, 76.5, 80.4, 83.5, 84.2, 84.3, 80.1, 67.3]}
+RECIPES = ("standard", "rebalanced", "pretrain_finetune")
+
+
+def _train(kw: dict, keep_final: str | None = None) -> dict:
+    """One training run in a worker process; optionally keeps its final checkpoint (for finetuning it later)."""
+    import torch
+
+    from methodlab.core import RunContext
+    from methodlab.methods.hier_retrieval.config import Config
+    from methodlab.methods.hier_retrieval.train import fit
+
+    torch.set_num_threads(1)
+
+    def report(m, ckpt):
+        if keep_final and ckpt is not None and m.get("stage") == "final":
+            shutil.copytree(ckpt, keep_final, dirs_exist_ok=True)
+    t = time.time()
+    out = fit(Config(**kw), RunContext(report_fn=report))
+    out["wall_s"] = time.time() - t
+    return out
+
+
+def _constructive(seeds=(0, 1, 2)) -> dict:
+    import torch
+
+    from methodlab.core import RunContext
+    from methodlab.methods.hier_retrieval.config import Config
+    from methodlab.methods.hier_retrieval.constructive import fit_constructive, min_feasible_dim
+    from methodlab.methods.hier_retrieval.data import build_data
+
+    torch.set_num_threads(1)
+    rows = []
+    for seed in seeds:
+        for dim in (None, 16):
+            m = fit_constructive(Config(seed=seed, branching=3, depth=6, constructive_dim=dim), RunContext())
+            rows.append({"seed": seed, "dim": m["constructive/dim"], "precision": m["constructive/precision"],
+                         "recall": m["constructive/recall"], "recall_at_R": m["eval/recall_overall"]})
+    law_h, law_w = [], []
+    for H in range(3, 9):  # width 2, height H (s = H levels)
+        d = build_data(Config(branching=2, depth=H - 1))
+        law_h.append((H, d.m, float(np.mean([min_feasible_dim(d, s) for s in seeds[:2]]))))
+    for W in range(2, 9):  # height 4
+        d = build_data(Config(branching=W, depth=3))
+        law_w.append((W, d.m, float(np.mean([min_feasible_dim(d, s) for s in seeds[:2]]))))
+    slope_h = float(np.polyfit(np.log([h for h, _, _ in law_h]), np.log([v for _, _, v in law_h]), 1)[0])
+    slope_w = float(np.polyfit(np.log([w for w, _, _ in law_w]), [v for _, _, v in law_w], 1)[0])
+    return {"rows": rows, "law_h": law_h, "law_w": law_w, "slope_h": slope_h, "slope_w": slope_w}
+
+
+def _buckets(out: dict, prefix: str = "eval") -> dict[int, float]:
+    return {int(k.split("_d")[1]): v for k, v in out.items() if k.startswith(f"{prefix}/recall_d")}
+
+
+def _pairs(out: dict, prefix: str = "eval") -> dict[int, int]:
+    return {int(k.split("_d")[1]): v for k, v in out.items() if k.startswith(f"{prefix}/pairs_d")}
+
+
+def _pooled(out: dict, lo: int) -> float:
+    r, p = _buckets(out), _pairs(out)
+    n = sum(p[k] for k in p if k >= lo)
+    return sum(r[k] * p[k] for k in p if k >= lo) / max(1, n)
+
+
+def _fmt(x) -> str:
+    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str:
+    t0 = time.time()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    synth = dict(SYNTH, steps=1000) if quick else SYNTH
+    wn = dict(WORDNET, steps=400, eval_queries=2000, val_queries=500) if quick else WORDNET
+    ctx = mp.get_context("spawn")  # torch + fork can deadlock in OpenMP
+    tmp = Path(tempfile.mkdtemp(prefix="hr-repro-"))
+    try:
+        with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
+            cons_f = pool.submit(_constructive)
+            syn_f = {(r, s): pool.submit(_train, dict(synth, recipe=r, seed=s)) for r in RECIPES for s in SEEDS}
+            from methodlab.data.wordnet import resolve_source
+            from methodlab.core import MissingSourceError
+            try:
+                resolve_source()
+                have_wn = True
+            except MissingSourceError as err:
+                have_wn, wn_err = False, str(err)
+            wn_res = {}
+            if have_wn:
+                std_dir = str(tmp / "wn_standard")
+                std_f = pool.submit(_train, dict(wn, recipe="standard", seed=0), std_dir)
+                reb_f = pool.submit(_train, dict(wn, recipe="rebalanced", seed=0))
+                wn_res["standard"] = std_f.result()
+                ft = dict(wn, recipe="pretrain_finetune", seed=0, pretrain_from=std_dir)
+                pf_f = pool.submit(_train, ft)
+                pf3_f = pool.submit(_train, dict(ft, finetune_lr_ratio=1e-3))
+                pf1_f = pool.submit(_train, dict(ft, finetune_lr_ratio=1.0))
+                wn_res["rebalanced"] = reb_f.result()
+                wn_res["pretrain_finetune"] = pf_f.result()
+                wn_res["pretrain_finetune (lr ratio 1e-3)"] = pf3_f.result()
+                wn_res["pretrain_finetune (lr ratio 1)"] = pf1_f.result()
+            cons = cons_f.result()
+            syn = {k: f.result() for k, f in syn_f.items()}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    wall = time.time() - t0
+    text = _report(cons, syn, wn_res if have_wn else None, None if have_wn else wn_err, synth, wn, wall, quick)
+    path = out / f"{SLUG}.md"
+    path.write_text(text)
+    _plot(syn, wn_res if have_wn else None, cons, out / f"{SLUG}.png")
+    return str(path)
+
+
+def _report(cons, syn, wn_res, wn_err, synth, wn, wall, quick) -> str:
+    L = [f"# hier_retrieval: reproduction report", "",
+         "Hierarchical Retrieval: The Geometry and a Pretrain-Finetune Recipe (You et al., NeurIPS 2025).",
+         f"Generated by `methodlab reproduce {SLUG}`{' --quick' if quick else ''} in {wall / 60:.1f} min "
+         "on a shared 2-core CPU. Plot: `hier_retrieval.png`.", ""]
+    claims = []
+    # --- constructive
+    good = [r for r in cons["rows"] if r["dim"] != 16]
+    bad = [r for r in cons["rows"] if r["dim"] == 16]
+    c1 = all(r["precision"] >= 0.99 and r["recall"] >= 0.99 for r in good)
+    c2 = all(r["recall_at_R"] < 0.9 for r in bad)
+    claims += [("Constructive, dim = 10 s ln m: threshold 1/2 gives precision and recall >= 0.99 (every seed)", c1),
+               ("Constructive, dim 16: fails (recall@|R(q)| < 0.9, every seed)", c2)]
+    L += ["## 1. Constructive embedding (Algorithm 1)", "",
+          "Tree b=3, D=6 (m = 1,093, s = 7). g(d) = unit Gaussian, f(q) = sum of the unit g(d) over R(q); "
+          "relevant iff <f(q), g(d)> >= 1/2.", "",
+          "| seed | dim | precision | recall | recall@\\|R(q)\\| |", "|---|---|---|---|---|"]
+    L += [f"| {r['seed']} | {r['dim']} | {_fmt(r['precision'])} | {_fmt(r['recall'])} | {_fmt(r['recall_at_R'])} |"
+          for r in cons["rows"]]
+    L += ["", "Dimension law (minimal dim at which the construction reaches precision and recall >= 0.99, "
+          "mean of 2 seeds):", "",
+          "| height H (width 2) | m | min dim |", "|---|---|---|"]
+    L += [f"| {h} | {m} | {v:.0f} |" for h, m, v in cons["law_h"]]
+    L += ["", "| width W (height 4) | m | min dim |", "|---|---|---|"]
+    L += [f"| {w} | {m} | {v:.0f} |" for w, m, v in cons["law_w"]]
+    L += ["", f"Log-log slope of min dim vs H: **{cons['slope_h']:.2f}** (theory 2 for s ln m = H (H-1) ln W; "
+          f"the paper's learned embeddings: 2.29). Slope of min dim vs ln W at H = 4: **{cons['slope_w']:.1f}** "
+          "(linear in ln W as the theory says; the construction's constant C s (H-1) is larger than the paper's "
+          "learned-embedding slope 16.5). "
+          "These are the construction's dims, which the paper notes are larger than learned ones.", ""]
+    # --- main claims
+    mean = lambda r, k: float(np.mean([syn[(r, s)][k] for s in SEEDS]))  # noqa: E731
+    L += ["## 2. Main claims: synthetic tree (b=3, D=6, dim 16, 3 seeds)", "",
+          f"{synth['steps']:,} steps of 1,024 pairs per recipe, gamma 0.5, full softmax, T = 20; pretrain-finetune = "
+          "the same budget split 1 : 0.15 (2,610 pretrain + at most 390 finetune steps at 3,000) on dist >= 4 pairs only (T = 500, lr x 0.1, Adam state "
+          "carried, best mean recall of every 10 steps); rebalanced: loss weight 5 on dist >= 4 for the whole run. "
+          "Short = dist <= 1, long = dist >= 4, all 1,093 queries, k = |R(q)|.", "",
+          "| recipe | seed | short | long | min bucket | overall | exact set | " +
+          " | ".join(f"d{k}" for k in range(7)) + " | wall s |", "|" + "---|" * 14]
+    for r in RECIPES:
+        for s in SEEDS:
+            o = syn[(r, s)]
+            b = _buckets(o)
+            L.append(f"| {r} | {s} | {_fmt(o['eval/recall_short'])} | {_fmt(o['eval/recall_long'])} | "
+                     f"{_fmt(o['eval/recall_min'])} | {_fmt(o['eval/recall_overall'])} | {_fmt(o['eval/exact_set'])} | " +
+                     " | ".join(_fmt(b.get(k)) for k in range(7)) + f" | {o['wall_s']:.0f} |")
+        b = {k: float(np.mean([_buckets(syn[(r, s)])[k] for s in SEEDS])) for k in range(7)}
+        L.append(f"| **{r} (mean)** | | **{_fmt(mean(r, 'eval/recall_short'))}** | **{_fmt(mean(r, 'eval/recall_long'))}** | "
+                 f"{_fmt(mean(r, 'eval/recall_min'))} | {_fmt(mean(r, 'eval/recall_overall'))} | {_fmt(mean(r, 'eval/exact_set'))} | " +
+                 " | ".join(_fmt(b[k]) for k in range(7)) + " | |")
+    st_s, st_l = mean("standard", "eval/recall_short"), mean("standard", "eval/recall_long")
+    pf_s, pf_l = mean("pretrain_finetune", "eval/recall_short"), mean("pretrain_finetune", "eval/recall_long")
+    rb_s, rb_l = mean("rebalanced", "eval/recall_short"), mean("rebalanced", "eval/recall_long")
+    gains = [syn[("pretrain_finetune", s)]["eval/recall_long"] - syn[("standard", s)]["eval/recall_long"] for s in SEEDS]
+    drops = [syn[("standard", s)]["eval/recall_short"] - syn[("pretrain_finetune", s)]["eval/recall_short"] for s in SEEDS]
+    used = [syn[("pretrain_finetune", s)]["finetune/steps_used"] for s in SEEDS]
+    claims += [(f"1. Standard shows the phenomenon: long recall {st_l:.3f} is >= 0.15 below short {st_s:.3f}", st_s - st_l >= 0.15),
+               (f"2. Pretrain-finetune raises long recall by >= 0.15 (mean gain {pf_l - st_l:+.3f}; per seed "
+                + ", ".join(f"{g:+.3f}" for g in gains) + ")", pf_l - st_l >= 0.15),
+               (f"3. Its short recall drops by <= 0.05 (mean drop {st_s - pf_s:.3f}; per seed "
+                + ", ".join(f"{d:.3f}" for d in drops) + ")", st_s - pf_s <= 0.05),
+               (f"4. Rebalanced (w_long 5) raises long recall by >= 0.15 (gain {rb_l - st_l:+.3f})", rb_l - st_l >= 0.15)]
+    winner = "rebalanced" if (rb_s + rb_l) > (pf_s + pf_l) else "pretrain-finetune"
+    L += ["", f"Finetune steps kept by validation (of 390): {used}. Short/long mean: standard {(st_s + st_l) / 2:.3f}, "
+          f"rebalanced {(rb_s + rb_l) / 2:.3f}, pretrain-finetune {(pf_s + pf_l) / 2:.3f}: **{winner} wins here** "
+          f"(reported, not a bar). Worst bucket (min): standard {mean('standard', 'eval/recall_min'):.3f}, "
+          f"rebalanced {mean('rebalanced', 'eval/recall_min'):.3f}, pretrain-finetune {mean('pretrain_finetune', 'eval/recall_min'):.3f}. "
+          "The paper reports pretrain-finetune ahead of rebalancing on its H=4, W=5, dim-3 tree (overall 97% vs 70%); "
+          "at the spec's b=3, D=6, dim-16 setting the spec's prototype also measured rebalancing ahead on the mean.", ""]
+    # --- WordNet
+    L += ["## 3. WordNet 3.0 nouns (82,115 synsets, 1 seed)", ""]
+    if wn_res is None:
+        L += [f"Skipped: {wn_err}", ""]
+    else:
+        L += [f"**Reduced CPU scale** (the spec's preset, dim 64 / batch 1,024 / 8,192 negatives / 6,000 steps at lr 1e-3, "
+              "costs ~1 s per step here, about 2 h per run): "
+              f"dim {wn['dim']}, batch {wn['batch_size']}, {wn['num_negatives']:,} uniform + in-batch negatives, "
+              f"Adam lr {wn['lr']:g} (1e-3 barely moves 82k rows in this many steps), {wn['steps']:,} steps for standard "
+              f"and rebalanced (w_long 5); pretrain-finetune continues from the standard run's final state (Adam state "
+              f"carried) for at most {int(round(wn['steps'] * 0.15))} steps on dist >= {wn['delta_long']} pairs, T = 500, "
+              f"lr x 0.1, best of every {wn['finetune_eval_every']} steps on {wn['val_queries']:,} validation queries. "
+              f"Evaluation: {wn['eval_queries']:,} queries (disjoint from validation) against all 82,115 documents, exact "
+              "top-k, k = |R(q)|. The models are far from the paper's convergence, so absolute numbers are not comparable; "
+              "the shape (recall falling with distance, the finetune lift at long distances) is what this run shows.", "",
+              "| recipe | short (d<=1) | long (d>=5) | d8 | pooled d>=8 | min bucket (>=50 pairs) | overall | exact set | finetune steps kept | wall s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, o in wn_res.items():
+            b = _buckets(o)
+            L.append(f"| {name} | {_fmt(o['eval/recall_short'])} | {_fmt(o['eval/recall_long'])} | {_fmt(b.get(8))} | "
+                     f"{_fmt(_pooled(o, 8))} | {_fmt(o['eval/recall_min'])} | {_fmt(o['eval/recall_overall'])} | "
+                     f"{_fmt(o['eval/exact_set'])} | {o.get('finetune/steps_used', 0)} | {o['wall_s']:.0f} |")
+        p = _pairs(wn_res["standard"])
+        ks = [k for k in sorted(p) if p[k] >= 50]
+        L += ["", "Recall by distance (buckets with >= 50 pairs among the evaluation queries), beside the paper's table:", "",
+              "| distance | pairs | " + " | ".join(wn_res) + " | paper dim 64 standard | paper dim 64 PF | paper dim 32 standard | paper dim 32 PF |",
+              "|" + "---|" * (2 + len(wn_res) + 4)]
+        for k in ks:
+            pap = lambda t: f"{t[k] / 100:.3f}" if k < len(t) else ""  # noqa: E731
+            L.append(f"| {k} | {p[k]} | " + " | ".join(_fmt(_buckets(o).get(k)) for o in wn_res.values()) +
+                     f" | {pap(PAPER_WN64['standard'])} | {pap(PAPER_WN64['pretrain_finetune'])} | "
+                     f"{pap(PAPER_WN32['standard'])} | {pap(PAPER_WN32['pretrain_finetune'])} |")
+        s8, f8 = _buckets(wn_res["standard"]).get(8), _buckets(wn_res["pretrain_finetune"]).get(8)
+        L += ["", f"Paper anchor (dim 64, distance 8): 19.4% -> 75.7%. Ours at distance 8: {_fmt(s8)} -> {_fmt(f8)} "
+              "(context, not a pass bar).", ""]
+    L += ["## Claims", "", "| claim | result |", "|---|---|"]
+    L += [f"| {c} | {'PASS' if ok else 'FAIL'} |" for c, ok in claims]
+    L += ["", "Differences from the paper: no code is public; pair sampling (gamma 0.5), batch size, the finetune lr ratio "
+          "(0.1 instead of the paper's 1e-3, which changed nothing in the spec's measurement; the WordNet table shows "
+          "both), T as a logit scale, and delta_long are the spec's reconstructions.", ""]
+    return "\n".join(L)
+
+
+def _plot(syn, wn_res, cons, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = 3 if wn_res else 2
+    fig, ax = plt.subplots(1, n, figsize=(5.2 * n, 4))
+    colors = {"standard": "tab:blue", "rebalanced": "tab:orange", "pretrain_finetune": "tab:green",
+              "pretrain_finetune (lr ratio 1e-3)": "tab:olive", "pretrain_finetune (lr ratio 1)": "tab:purple"}
+    for r in RECIPES:
+        ys = np.array([[_buckets(syn[(r, s)])[k] for k in range(7)] for s in SEEDS])
+        ax[0].errorbar(range(7), ys.mean(0), yerr=ys.std(0), marker="o", capsize=3, label=r, color=colors[r])
+    ax[0].set(title="Synthetic tree b=3 D=6, dim 16 (3 seeds)", xlabel="hierarchy distance", ylabel="recall@|R(q)|",
+              ylim=(0, 1.05))
+    ax[0].legend()
+    if wn_res:
+        p = _pairs(wn_res["standard"])
+        ks = [k for k in sorted(p) if p[k] >= 50]
+        for name, o in wn_res.items():
+            b = _buckets(o)
+            ax[1].plot(ks, [b[k] for k in ks], marker="o", label=f"ours: {name}", color=colors.get(name, "k"))
+        for name, vals in PAPER_WN64.items():
+            ax[1].plot(range(9), np.array(vals) / 100, ls="--", color=colors[name], alpha=0.6, label=f"paper dim 64: {name}")
+        ax[1].set(title="WordNet nouns (reduced CPU scale)", xlabel="hierarchy distance", ylabel="recall@|R(q)|", ylim=(0, 1.05))
+        ax[1].legend(fontsize=7)
+    a = ax[-1]
+    a.loglog([h for h, _, _ in cons["law_h"]], [v for _, _, v in cons["law_h"]], marker="o", label=f"W=2, vs H (slope {cons['slope_h']:.2f})")
+    a.set(title="Constructive: min feasible dim", xlabel="height H", ylabel="min dim")
+    a2 = a.twiny()
+    a2.plot([w for w, _, _ in cons["law_w"]], [v for _, _, v in cons["law_w"]], marker="s", color="tab:red",
+            label=f"H=4, vs W (slope/ln W {cons['slope_w']:.1f})")
+    a2.set_xscale("log")
+    a2.set_xlabel("width W (red)")
+    a.legend(loc="upper left", fontsize=7)
+    a2.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

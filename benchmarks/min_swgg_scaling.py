@@ -128,6 +128,24 @@ def main(argv=None) -> dict:
               "machine": {"python": _platform.python_version(), "torch": torch.__version__, "pot": ot.__version__,
                           "cpu": _platform.processor() or _platform.machine()},
               "rows": rows, "h_eval_exponent": {str(k): v for k, v in exps.items()}, "checks": checks}
+    goals = []
+    if r4096 is not None:
+        goals.append({"name": "DGSWP fit vs ot.emd at n=4,096, d=100 (speed-up)", "value": r4096["speedup_vs_emd"],
+                      "goal": ">= 50x", "met": checks["a_fit_le_emd_over_50_at_4096_d100"]})
+    for r in rows:
+        if r["d"] == 100 and r["n"] in (256, 1024, 4096) and "h_over_w2" in r:
+            goals.append({"name": f"plan cost h / W2^2, n={r['n']}, d=100", "value": r["h_over_w2"], "goal": "<= 1.5",
+                          "met": bool(r["h_over_w2"] <= 1.5)})
+    for d, e in exps.items():
+        goals.append({"name": f"fitted exponent of time per h evaluation, d={d}", "value": e, "goal": "<= 1.3",
+                      "met": bool(e <= 1.3)})
+    import os
+    result.update({"name": "min_swgg_scaling", "title": "min_swgg (DGSWP): speed and plan cost against ot.emd / ot.sinkhorn",
+                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                   "machine": f"{os.cpu_count()} CPUs, {args.threads} torch thread(s), load average "
+                              f"{os.getloadavg()[0]:.1f} at the end",
+                   "versions": f"python {_platform.python_version()}, torch {torch.__version__}, pot {ot.__version__}",
+                   "goals": goals})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

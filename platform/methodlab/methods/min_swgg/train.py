@@ -41,10 +41,11 @@ def _resume(ctx: RunContext):
     return ck
 
 
-def _writer(cfg, ctx, weights_fn, torch_state_fn, step, final, extras=None):
+def _writer(cfg, ctx, weights_fn, torch_state_fn, step, final, extras=None, state_extra=None):
+    """Checkpoint writer; `state_extra` keys go into state.json inside the same atomic write."""
     def write(d: Path) -> None:
-        save_checkpoint(d, method=SLUG, config=cfg, weights=weights_fn(), torch_state=torch_state_fn(),
-                        state={"step": step, "final": final, "metrics": ctx.history[-1] if ctx.history else {}},
+        state = {"step": step, "final": final, "metrics": ctx.history[-1] if ctx.history else {}, **(state_extra or {})}
+        save_checkpoint(d, method=SLUG, config=cfg, weights=weights_fn(), torch_state=torch_state_fn(), state=state,
                         extras={"history": ctx.history, **(extras or {})})
     return write
 
@@ -109,21 +110,9 @@ def fit_plan(cfg: Config, ctx: RunContext) -> dict:
             sigma, tau = res.sigma, res.tau
             extras = {"assignment": assignment(sigma, tau).tolist()} if len(x) <= 4096 else {}
             writer = _writer(cfg, ctx, weights, lambda: {"optimizer": opt.state_dict(), "gen": gen.get_state()},
-                             step, done, extras)
-            writer = _with_state(writer, {"best_h": best[0] if best else None})
+                             step, done, extras, state_extra={"best_h": best[0] if best else None})
         ctx.report(metrics, checkpoint=writer)
     return ctx.history[-1] if ctx.history else {}
-
-
-def _with_state(writer, more: dict):
-    """Add keys to state.json (save_checkpoint takes one state dict; we patch the file after writing)."""
-    import json
-
-    def write(d: Path) -> None:
-        writer(d)
-        p = Path(d) / "state.json"
-        p.write_text(json.dumps({**json.loads(p.read_text()), **more}, indent=1))
-    return write
 
 
 # ------------------------------------------------------------------------------------------------ flow
@@ -258,8 +247,8 @@ def fit_cfm(cfg: Config, ctx: RunContext) -> dict:
                 return ts
             writer = None
             if save:
-                writer = _with_state(_writer(cfg, ctx, weights, tstate, step, done),
-                                     {"coupling_sums": dict(sums), "coupler_calls": coupler.calls, "dim": data.dim,
-                                      "hidden": hidden})
+                writer = _writer(cfg, ctx, weights, tstate, step, done,
+                                 state_extra={"coupling_sums": dict(sums), "coupler_calls": coupler.calls,
+                                              "dim": data.dim, "hidden": hidden})
             ctx.report(metrics, checkpoint=writer)
     return ctx.history[-1]

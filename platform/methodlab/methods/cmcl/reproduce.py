@@ -1,0 +1,216 @@
+"""`methodlab reproduce cmcl`: the spec's acceptance experiment.
+
+1. Exactness (deterministic, float64, SGD lr 0.1, no decay): DNS keeps every old score, Vanilla does not.
+2. Main claim on the synthetic 6-step binding sequence (D = 64, official AdamW recipe, lambda_min 0.01), 3 seeds:
+   DNS (lambda' = 0 and 0.05), one-sided (G - G P), Vanilla, EWC, joint training; plus a frozen-head control
+   for the plasticity measure. Every run goes through the method's own `fit`. Writes reports/cmcl.md + .png.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+SEEDS = (0, 1, 2)
+BASE = dict(data="synthetic", dim=64, optimizer="adamw", lr=1e-4, weight_decay=1e-3, batch_size=64, epochs=5,
+            lambda_min=0.01, eval_subsets=5)
+RUNS = {  # name -> config overrides
+    "DNS": dict(method="dns", lambda_partner=0.0),
+    "DNS (lambda'=0.05)": dict(method="dns", lambda_partner=0.05),
+    "one-sided": dict(method="one_sided", lambda_partner=0.05),
+    "Vanilla": dict(method="vanilla"),
+    "EWC": dict(method="ewc"),
+    "joint": dict(method="joint"),
+    "frozen (control)": dict(method="dns", lr=1e-12),
+}
+KEYS = ("eval/r1", "eval/r5", "eval/r10", "eval/acc", "eval/bwt_r1", "eval/bwt_r10", "eval/bwt_acc")
+
+
+def run_one(job: dict) -> dict:
+    import torch
+
+    from methodlab.core import RunContext
+    from methodlab.methods.cmcl.config import Config
+    from methodlab.methods.cmcl.train import fit
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    ctx = RunContext(quiet=True)
+    fit(Config(**job["config"]), ctx)
+    return {"name": job["name"], "seed": job["config"]["seed"], "history": ctx.history,
+            "final": ctx.history[-1], "wall_s": time.perf_counter() - t0}
+
+
+def exactness_results() -> dict:
+    import torch
+
+    from methodlab.methods.cmcl import exactness
+    from methodlab.methods.cmcl.model import dns_project
+
+    torch.set_num_threads(1)
+    out = {"dns (bias frozen)": exactness.run("dns", train_bias=False)["ratio"],
+           "dns (bias projected with I - P~)": exactness.run("dns", project_bias=True)["ratio"],
+           "dns (bias trained, unprojected: official)": exactness.run("dns")["ratio"],
+           "one-sided (bias frozen)": exactness.run("one_sided", train_bias=False)["ratio"],
+           "vanilla (bias frozen)": exactness.run("vanilla", train_bias=False)["ratio"]}
+    g = torch.Generator().manual_seed(0)
+    D = 64
+    U = torch.linalg.qr(torch.randn(D, 8, generator=g, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(D, 8, generator=g, dtype=torch.float64))[0]
+    G = torch.randn(D, D, generator=g, dtype=torch.float64)
+    P, Pt, eye = U @ U.T, V @ V.T, torch.eye(D, dtype=torch.float64)
+    out["max abs(DNS(G) - (I-P~)G(I-P))"] = float((dns_project(G, P, Pt) - (eye - Pt) @ G @ (eye - P)).abs().max())
+    return out
+
+
+def _fmt(v, nd=2):
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
+
+
+def _vals(results, name, key):
+    return [r["final"].get(key, float("nan")) for r in sorted(results, key=lambda r: r["seed"]) if r["name"] == name]
+
+
+def _mean(v):
+    v = [x for x in v if np.isfinite(x)]
+    return float(np.mean(v)) if v else float("nan")
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
+def _plot(results, names, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for name in names:
+        runs = [r for r in results if r["name"] == name]
+        if name == "joint":
+            y = _mean([r["final"]["eval/r1"] for r in runs])
+            ax[0].axhline(y, ls="--", color="grey", label=f"joint (end) {y:.1f}")
+            continue
+        steps = [h["step"] for h in runs[0]["history"]]
+        curve = np.mean([[h["eval/r1"] for h in r["history"]] for r in runs], 0)
+        style = dict(ls="--", marker="x") if name == "one-sided" else dict(marker="o")  # one-sided overlays DNS(0)
+        ax[0].plot(steps, curve, label=name, **style)
+    u = _mean([r["final"]["untrained/r1"] for r in results if r["name"] == "DNS"])
+    ax[0].axhline(u, ls=":", color="black", label=f"untrained {u:.1f}")
+    ax[0].set(xlabel="continual step t", ylabel="mean R@1 over seen tasks (%)", title="Recall per step (3-seed mean)")
+    ax[0].legend(fontsize=7)
+    seq = [n for n in names if n not in ("joint", "frozen (control)")]
+    b = [_mean(_vals(results, n, "eval/bwt_r1")) for n in seq]
+    ax[1].bar(range(len(seq)), b, color=["C0", "C1", "C2", "C3", "C4"][: len(seq)])
+    ax[1].set_xticks(range(len(seq)), seq, rotation=20, fontsize=8)
+    ax[1].axhline(0, color="black", lw=0.8)
+    ax[1].set(ylabel="BWT on R@1 (points)", title="Backward transfer (3-seed mean)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = SEEDS[:1] if quick else SEEDS
+    jobs = [{"name": n, "config": {**BASE, **kw, "seed": s}} for s in seeds for n, kw in RUNS.items()]
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        fut_exact = pool.submit(exactness_results)
+        results = list(pool.map(run_one, jobs))
+        exact = fut_exact.result()
+    wall = time.perf_counter() - t0
+    names = list(RUNS)
+    claims = []
+
+    ok_exact = (exact["dns (bias frozen)"] <= 1e-4 and exact["dns (bias projected with I - P~)"] <= 1e-4
+                and exact["vanilla (bias frozen)"] > 1e-2 and exact["max abs(DNS(G) - (I-P~)G(I-P))"] > 1e-6)
+    claims.append(("Exactness: DNS max\\|ds\\| / max\\|s\\| <= 1e-4 on all old pairs (bias frozen / projected), Vanilla > 1e-2, "
+                   "and G - P~GP != (I-P~)G(I-P)",
+                   f"DNS {exact['dns (bias frozen)']:.1e} / {exact['dns (bias projected with I - P~)']:.1e}; "
+                   f"Vanilla {exact['vanilla (bias frozen)']:.1e}", ok_exact))
+    m = {n: {k: _mean(_vals(results, n, k)) for k in KEYS} for n in names}
+    dns_b, van_b = m["DNS"]["eval/bwt_r1"], m["Vanilla"]["eval/bwt_r1"]
+    claims.append(("DNS mean BWT(R@1) >= -1.5 and >= Vanilla's + 2", f"DNS {dns_b:.2f}, Vanilla {van_b:.2f}",
+                   dns_b >= -1.5 and dns_b >= van_b + 2))
+    claims.append(("DNS final mean R@1 >= Vanilla's - 1", f"DNS {m['DNS']['eval/r1']:.2f}, Vanilla {m['Vanilla']['eval/r1']:.2f}",
+                   m["DNS"]["eval/r1"] >= m["Vanilla"]["eval/r1"] - 1))
+    drops = {n: [r["final"]["train/min_loss_drop"] for r in results if r["name"] == n] for n in names if n != "joint"}
+    claims.append(("Plasticity: DNS training loss (whole step train set, fixed batches) falls >= 20 % within every "
+                   "step, every seed", "min drop per seed: " + ", ".join(f"{100 * d:.1f} %" for d in drops["DNS"]),
+                   min(drops["DNS"]) >= 0.20))
+    one, d05 = m["one-sided"]["eval/bwt_r1"], m["DNS (lambda'=0.05)"]["eval/bwt_r1"]
+    between = min(van_b, d05) - 0.5 <= one <= max(van_b, d05) + 0.5
+    claims.append(("one-sided BWT between DNS (lambda'=0.05) and Vanilla, or equal to DNS (+-0.5)",
+                   f"one-sided {one:.2f}, DNS(0.05) {d05:.2f}, DNS(0) {dns_b:.2f}, Vanilla {van_b:.2f}",
+                   between or abs(one - d05) <= 0.5 or abs(one - dns_b) <= 0.5))
+    claims.append(("Joint final mean R@1 >= Vanilla's - 1", f"joint {m['joint']['eval/r1']:.2f}, Vanilla "
+                   f"{m['Vanilla']['eval/r1']:.2f}, untrained {_mean(_vals(results, 'DNS', 'untrained/r1')):.2f}",
+                   m["joint"]["eval/r1"] >= m["Vanilla"]["eval/r1"] - 1))
+
+    _plot(results, names, out / "cmcl.png")
+    lines = ["# cmcl (DNS) reproduction", "",
+             f"`methodlab reproduce cmcl`{' --quick' if quick else ''}: seeds {list(seeds)}, {len(jobs)} runs + the "
+             f"exactness test in {wall:.0f} s on {workers} worker process(es), 1 torch thread each.", "",
+             "Synthetic latent-binding sequence (spec methods/cmcl.md, Data (1)): 6 steps (vision,text) (audio,text) "
+             "(depth,vision) (audio,vision) (thermal,vision) (depth,text), D = 64, 2,000 train / 500 test pairs per "
+             "step; AdamW lr 1e-4, wd 1e-3 (weights), batch 64, 5 epochs per step, linear decay to 0 within a step; "
+             "lambda_min 0.01. Recall over all 500 test pairs of each task (pool 500), both directions, index "
+             "tie-break. BWT = mean over tasks i < T of R_{T,i} - R_{i,i}.", "",
+             "## Claims", "", _table(["claim", "measured", "result"],
+                                     [(c, v, "PASS" if ok else "FAIL") for c, v, ok in claims]), "",
+             "## Exactness test (float64, SGD lr 0.1, no weight decay, 50 updates on a new pair sharing `vision`)", "",
+             _table(["variant", "max\\|ds\\| / max\\|s\\| on old pairs"], [(k, f"{v:.2e}") for k, v in exact.items()]), "",
+             "## Final metrics per method (mean over seeds; per-seed values below)", "",
+             _table(["method", "R@1", "R@5", "R@10", "Acc", "BWT R@1", "BWT R@10", "BWT Acc"],
+                    [(n, *(_fmt(m[n][k]) if not (n == "joint" and "bwt" in k) else "n/a" for k in KEYS)) for n in names]),
+             "", f"Untrained heads (evaluation before step 1): R@1 {_mean(_vals(results, 'DNS', 'untrained/r1')):.2f}, "
+             f"R@10 {_mean(_vals(results, 'DNS', 'untrained/r10')):.2f}, Acc {_mean(_vals(results, 'DNS', 'untrained/acc')):.2f}.",
+             "", "### Per seed", "",
+             _table(["method", "seed", "R@1", "R@10", "Acc", "BWT R@1", "BWT R@10", "min in-step loss drop",
+                     "first -> last mini-batch loss (step 1)", "wall s"],
+                    [(r["name"], r["seed"], _fmt(r["final"]["eval/r1"]), _fmt(r["final"]["eval/r10"]),
+                      _fmt(r["final"].get("eval/acc")), _fmt(r["final"].get("eval/bwt_r1")),
+                      _fmt(r["final"].get("eval/bwt_r10")),
+                      f"{100 * r['final']['train/min_loss_drop']:.1f} %" if "train/min_loss_drop" in r["final"] else
+                      f"{100 * r['final']['train/loss_drop']:.1f} % (whole run)",
+                      (f"{r['history'][0]['train/batch_loss_first']:.2f} -> {r['history'][0]['train/batch_loss_last']:.2f}"
+                       if "train/batch_loss_first" in r["history"][0] else "n/a"), f"{r['wall_s']:.0f}")
+                     for r in sorted(results, key=lambda r: (names.index(r["name"]), r["seed"]))]),
+             "", "### In-step training-loss drop per step (whole train set, fixed batches; seed mean, %)", "",
+             _table(["method", *[f"t={t}" for t in range(1, 7)]],
+                    [(n, *[_fmt(100 * _mean([r["history"][t]["train/loss_drop"] for r in results if r["name"] == n]), 1)
+                           for t in range(len([r for r in results if r["name"] == n][0]["history"]))])
+                     for n in names if n != "joint"]),
+             "", "## Notes", "",
+             "- **Caveat (spec)**: Vanilla's \"forgetting\" on this generator is largely the contrastive objective "
+             "drifting away from retrieval (training lowers test R@1 below the untrained heads' for every method that "
+             "moves freely, joint included), so DNS wins partly by near-freezing what it has seen; its positive BWT is "
+             "this effect, not a stronger model.",
+             "- **Plasticity measure**: the loss drop is measured on the step's whole training set in fixed contiguous "
+             "batches of 64, before and after the step (same data, same negatives). With the official recipe "
+             "(lr 1e-4, 160 updates per step) it falls only a few percent for every method, so the 20 % bar fails. "
+             "The spec's prototype figure (3.45 -> 2.02, ~40 %) matches the first vs the last mini-batch of a step "
+             "(column above): 2,000 pairs leave a last batch of 16 pairs, whose CE over 16 candidates is lower "
+             "(log 16 vs log 64) whatever the model does; the frozen-head control (lr 1e-12) shows the same "
+             "first -> last fall, so that measure cannot tell a frozen model from a learning one.",
+             "- one-sided uses G - G P (input side only); with lambda' = 0 the partner projector of DNS has full rank "
+             "(every positive eigenvalue of the partner second moment counts), P~ = I and DNS equals one-sided.",
+             "- Joint: batches drawn per pair in proportion to its size, same total number of updates (960) and one "
+             "linear decay; evaluated once at the end (BWT n/a).",
+             "- Acc (zero-shot against the class-text anchors through the text head) is 100 % for every method on "
+             "this generator: the class means are far apart, so it does not separate methods here.",
+             "- EWC: diagonal Fisher (mean squared mini-batch gradient) on head weights and biases, lambda = 1e4. The "
+             "spec gives no value; one probe on seed 0 (lambda 1e2: identical to Vanilla; 1e6: heads frozen, no loss "
+             "drop) set it between the two.",
+             ]
+    path = out / "cmcl.md"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)

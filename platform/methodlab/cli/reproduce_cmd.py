@@ -13,13 +13,19 @@ def reproduce(
     out_dir: str = typer.Option("reports", help="Where <slug>.md and its plot go."),
     workers: int = typer.Option(2, help="Runs in parallel (processes)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer seeds/steps: a fast look, not the acceptance run."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or per-run lines (errors still print)."),
 ) -> None:
     """Run the spec's acceptance experiment (method vs baselines, per seed) and write the report.
 
     Example: methodlab reproduce grokking_flatness
     """
+    import os
+
     from methodlab.core.errors import ConfigError
     from methodlab.core.registry import get_spec
+
+    if quiet:  # read by runners.progress, here and in the reproduction's worker processes
+        os.environ["METHODLAB_QUIET"] = "1"
 
     spec = get_spec(slug)
     if not spec.reproduce:

@@ -13,11 +13,13 @@ from methodlab.cli.common import console, example, friendly
 
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return "" if v != v else f"{v:.4g}"
     return "" if v is None else str(v)
 
 
-def show_table(run_dir: str, max_rows: int = 20) -> None:
+def show_table(run_dir: str, max_rows: int = 20, columns: list[str] | None = None) -> None:
+    """The sweep table, best first: trial, status, swept params, the primary metric, chosen columns."""
+    from methodlab.runners.report_html import read_record, summary_columns, swept_params
     from methodlab.runners.results import read_summary
 
     df = read_summary(run_dir)
@@ -25,14 +27,14 @@ def show_table(run_dir: str, max_rows: int = 20) -> None:
         console.print("(no trials)")
         return
     metric = df["metric"].iloc[0]
-    params = [c for c in df.columns if c.startswith("config/")]
-    varying = [c for c in params if df[c].astype(str).nunique() > 1] if len(df) > 1 else []
-    extra = [c for c in ("final/t_mem", "final/t_gen", "final/step", "final/training_iteration") if c in df]
+    params = swept_params(df, read_record(Path(run_dir))) if len(df) > 1 else []
+    default = [c for c in ("final/t_mem", "final/t_gen", "final/step") if c in df]
+    cols = summary_columns(df, params, columns or default)
     table = Table(title=f"{run_dir}  (sorted by {metric}, best first)")
-    for col in ["trial_id", "status", *varying, "best", "checkpoint_metric", *extra]:
+    for col in cols:
         table.add_column(col.replace("config/", "").replace("final/", ""))
     for _, row in df.head(max_rows).iterrows():
-        table.add_row(*[_fmt(row.get(c)) for c in ["trial_id", "status", *varying, "best", "checkpoint_metric", *extra]])
+        table.add_row(*[_fmt(row.get(c)) for c in cols])
     console.print(table)
 
 
@@ -74,33 +76,35 @@ def plot_curves(run_dirs: list[str], out: Path, metrics: list[str] | None = None
 
 def results(
     run_dirs: List[str] = typer.Argument(..., help="Run or sweep folders (with summary.parquet)."),
-    compare: bool = typer.Option(False, "--compare", help="Side by side: mean and spread of each folder's best."),
-    metric: List[str] = typer.Option(None, "--metric", help="Metrics to plot (default: primary + key curves)."),
+    compare: bool = typer.Option(False, "--compare", help="Side by side: mean and spread over seeds of each group."),
+    metric: List[str] = typer.Option(None, "--metric", help="Metrics to plot and show as columns (default: primary + key curves)."),
+    no_report: bool = typer.Option(False, "--no-report", help="Only print the table (no report.html / PNGs)."),
 ) -> None:
-    """Print the summary table(s) and write curves.png beside each summary.parquet."""
-    _results(run_dirs, compare, metric)
+    """Print the summary table(s) and write report.html (and curves.png) beside each summary.parquet."""
+    _results(run_dirs, compare, metric, no_report)
 
 
 @friendly
-def _results(run_dirs, compare, metric) -> None:
-    from methodlab.runners.results import read_summary
+def _results(run_dirs, compare, metric, no_report=False) -> None:
+    from methodlab.runners.report_html import build_compare, build_report
 
     if compare:
-        table = Table("folder", "trials", "metric", "mean best", "std", "min", "max")
-        for d in run_dirs:
-            df = read_summary(d)
-            b = df["best"].astype(float)
-            table.add_row(d, str(len(df)), df["metric"].iloc[0], _fmt(b.mean()), _fmt(b.std(ddof=0)), _fmt(b.min()), _fmt(b.max()))
+        out, groups = build_compare(run_dirs, Path(run_dirs[0]) / "compare.html", (metric or [None])[0])
+        table = Table("group", "n", "seeds", "metric", "mean", "std", "min", "max")
+        for _, g in groups.iterrows():
+            table.add_row(g["group"], str(g["n"]), g["seeds"], g["metric"], _fmt(g["mean"]), _fmt(g["std"]),
+                          _fmt(g["min"]), _fmt(g["max"]))
         console.print(table)
-        out = plot_curves(run_dirs, Path(run_dirs[0]) / "compare.png", metric or None)
-        if out:
-            console.print(f"curves: {out}")
+        console.print(f"comparison page: {out}")
         return
     for d in run_dirs:
-        show_table(d)
+        show_table(d, columns=metric or None)
+        if no_report:
+            continue
         out = plot_curves([d], Path(d) / "curves.png", metric or None)
         if out:
             console.print(f"curves: {out}")
+        console.print(f"report: {build_report(d, metric or None)}")
 
 
-results.__doc__ += "\n\n" + example("methodlab results results/quickstart")  # type: ignore[operator]
+results.__doc__ += "\n\n" + example("methodlab results results/grokking_flatness-regularizers")  # type: ignore[operator]

@@ -16,6 +16,7 @@ import yaml
 from methodlab.core import RunContext
 from methodlab.core.checkpoint import latest_checkpoint
 from methodlab.core.registry import get_spec
+from methodlab.runners import tracking
 from methodlab.runners.progress import Progress
 from methodlab.runners.results import write_run_summary
 
@@ -70,7 +71,11 @@ def run_local(loaded, name: str, storage: str, *, quiet: bool = False, fresh: bo
     ckpt_root = run_dir / "checkpoints"
     resume = latest_checkpoint(ckpt_root)
     cfg = loaded.config
-    progress = Progress(spec.slug, type(cfg).primary_metric, quiet=quiet)
+    total = getattr(cfg, "max_steps", None) or getattr(cfg, "epochs", None)
+    start = int(resume.name.rsplit("_", 1)[-1]) if resume is not None and resume.name.rsplit("_", 1)[-1].isdigit() else 0
+    progress = Progress(spec.slug, type(cfg).primary_metric, quiet=quiet, total=total, start=start)
+    track = tracking.settings(loaded.job.tracking, spec.slug)
+    tracker = tracking.open_run(track, run_dir, name, spec.slug, cfg.model_dump(mode="json"))
     if resume is not None:
         progress.note(f"resuming from {resume}")
     keep = loaded.job.run.checkpoint.num_to_keep
@@ -84,11 +89,20 @@ def run_local(loaded, name: str, storage: str, *, quiet: bool = False, fresh: bo
             row["_checkpoint"] = str(persist_checkpoint(ckpt_dir, ckpt_root, step, keep))
         with metrics_file.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
+        if tracker is not None:
+            tracker.log(row)
         progress.update(metrics)
 
     ctx = RunContext(seed=cfg.seed, checkpoint=resume, report_fn=report, quiet=quiet)
     fit = spec.fit_fn(loaded.job.setting)
-    final = fit(cfg, ctx) or (ctx.history[-1] if ctx.history else {})
+    try:
+        final = fit(cfg, ctx) or (ctx.history[-1] if ctx.history else {})
+    except BaseException:
+        progress.done(ok=False)
+        tracking.finish_run(track, run_dir, name, type(cfg).primary_metric, {}, None, "FAILED", tracker)
+        raise
     progress.done()
-    summary = write_run_summary(run_dir, spec.slug, cfg, final, latest_checkpoint(ckpt_root))
+    ckpt = latest_checkpoint(ckpt_root)
+    summary = write_run_summary(run_dir, spec.slug, cfg, final, ckpt)
+    tracking.finish_run(track, run_dir, name, type(cfg).primary_metric, final, ckpt, tracker=tracker)
     return {"run_dir": str(run_dir), "metrics": final, "summary": summary}

@@ -1,32 +1,149 @@
-"""One-line progress for long local work: the step, the method's key metric, rate and time used."""
+"""Progress for long work: a bar with rate and time left for local loops, and a compact line per
+Tune result showing only the method's key metrics. `--quiet` (or METHODLAB_QUIET=1, which the CLI
+sets so reproduction subprocesses inherit it) silences both."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from typing import Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+def env_quiet() -> bool:
+    return os.environ.get("METHODLAB_QUIET", "") not in ("", "0", "false")
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rem = divmod(seconds, 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60:02d}:{rem % 60:02d}"
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 class Progress:
-    def __init__(self, label: str, key_metric: str, quiet: bool = False, every_s: float = 2.0):
-        self.label, self.key, self.quiet, self.every = label, key_metric, quiet, every_s
+    """`update(metrics)` once per report. With `total` (steps), shows a bar, rate and ETA; on a
+    terminal it redraws one line, elsewhere (logs, CI) it prints a line every `every_s` seconds."""
+
+    def __init__(self, label: str, key_metric: str | None = None, quiet: bool = False, every_s: float = 2.0,
+                 total: int | None = None, unit: str = "step", start: float = 0.0):
+        self.label, self.key, self.every, self.total, self.unit = label, key_metric, every_s, total, unit
+        self.quiet = quiet or env_quiet()
+        self.tty = sys.stderr.isatty()
         self.t0 = self.last = time.time()
         self.n = 0
+        self.first_pos = float(start)  # a resumed run starts past 0: the rate counts this process's work only
+        self._drawn = False
 
     def note(self, text: str) -> None:
         if not self.quiet:
+            self._clear()
             print(f"[{self.label}] {text}", file=sys.stderr, flush=True)
 
-    def update(self, metrics: dict) -> None:
-        self.n += 1
+    def line(self, pos: float, metrics: dict | None = None) -> str:
+        """The text of one progress line at position `pos` (pure: unit-tested)."""
         now = time.time()
-        if self.quiet or now - self.last < self.every:
+        elapsed = max(now - self.t0, 1e-9)
+        rate = max(pos - self.first_pos, 0) / elapsed
+        val = (metrics or {}).get(self.key) if self.key else None
+        shown = f"  {self.key}={_fmt(val)}" if isinstance(val, (int, float)) else ""
+        if self.total:
+            frac = min(max(pos / self.total, 0.0), 1.0)
+            width = 24
+            bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+            eta = (self.total - pos) / rate if rate > 0 else float("nan")
+            left = _hms(eta) if eta == eta else "--:--"
+            return (f"[{self.label}] |{bar}| {frac * 100:5.1f}% {int(pos)}/{self.total} {self.unit}s"
+                    f"{shown}  {rate:.3g} {self.unit}/s  {_hms(elapsed)} elapsed, {left} left")
+        return f"[{self.label}] {self.unit} {int(pos)}{shown}  {rate:.3g} {self.unit}/s  {_hms(elapsed)} elapsed"
+
+    def update(self, metrics: dict | None = None, pos: float | None = None) -> None:
+        self.n += 1
+        metrics = metrics or {}
+        if pos is None:
+            pos = metrics.get("step", metrics.get("epoch", self.n))
+        if self.quiet:
+            return
+        now = time.time()
+        final = bool(self.total) and pos >= self.total
+        if not final and now - self.last < (0.2 if self.tty else self.every):
             return
         self.last = now
-        step = metrics.get("step", metrics.get("epoch", self.n))
-        val = metrics.get(self.key)
-        shown = f"{self.key}={val:.4g}" if isinstance(val, (int, float)) else ""
-        rate = self.n / max(now - self.t0, 1e-9)
-        print(f"[{self.label}] step {step}  {shown}  ({rate:.1f} reports/s, {now - self.t0:.0f}s)", file=sys.stderr, flush=True)
+        text = self.line(float(pos), metrics)
+        if self.tty:
+            print("\r" + text[:200].ljust(100), end="", file=sys.stderr, flush=True)
+            self._drawn = True
+        else:
+            print(text, file=sys.stderr, flush=True)
 
-    def done(self) -> None:
-        self.note(f"finished in {time.time() - self.t0:.1f}s")
+    def _clear(self) -> None:
+        if self._drawn:
+            print(file=sys.stderr, flush=True)
+            self._drawn = False
+
+    def done(self, ok: bool = True) -> None:
+        self._clear()
+        self.note(f"{'finished' if ok else 'stopped'} in {time.time() - self.t0:.1f}s")
+
+
+def track(items: Iterable[T], label: str, total: int | None = None, quiet: bool = False, unit: str = "item") -> Iterator[T]:
+    """`for x in track(xs, "rollouts"):` a progress bar over any loop (dataset generation, rollouts)."""
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)  # type: ignore[arg-type]
+    bar = Progress(label, quiet=quiet, total=total, unit=unit)
+    i = 0
+    for i, item in enumerate(items, 1):
+        yield item
+        bar.update(pos=i)
+    bar._clear()
+
+
+def tune_console(metric: str, time_attr: str, params: list[str], sweep_dir: str, num_samples: int,
+                 every_s: float = 10.0):
+    """A ray.tune.Callback printing one short line per trial event: its id, the swept params (once),
+    the time attribute and the method's key metric. Tune's own table stays off (verbose=0): in Ray 2.60
+    the default output engine ignores CLIReporter columns and prints every metric of every report."""
+    from ray import tune
+
+    class KeyMetrics(tune.Callback):
+        def __init__(self):
+            self.metric, self.time_attr, self.params, self.every = metric, time_attr, params, every_s
+            self.sweep_dir, self.num_samples = sweep_dir, num_samples
+            self.last: dict = {}
+
+        def __getstate__(self):
+            return {**self.__dict__, "last": {}}
+
+        def _say(self, text: str) -> None:
+            print(f"[tune] {text}", file=sys.stderr, flush=True)
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            shown = ", ".join(f"{p.split('.')[-1]}={_fmt((trial.config or {}).get(p))}" for p in self.params)
+            self._say(f"{trial.trial_id} started  {shown}")
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            now = time.time()
+            if now - self.last.get(trial.trial_id, 0) < self.every:
+                return
+            self.last[trial.trial_id] = now
+            self._say(f"{trial.trial_id} {self.time_attr}={_fmt(result.get(self.time_attr))}  "
+                      f"{self.metric}={_fmt(result.get(self.metric))}")
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            last = trial.last_result or {}
+            from methodlab.runners.tune import read_early_stops
+
+            how = "stopped early by ASHA" if trial.trial_id in read_early_stops(self.sweep_dir) else "finished"
+            n_done = sum(t.status in ("TERMINATED", "ERROR") and t is not trial for t in trials) + 1
+            self._say(f"{trial.trial_id} {how} at {self.time_attr}={_fmt(last.get(self.time_attr))}  "
+                      f"{self.metric}={_fmt(last.get(self.metric))}  ({n_done}/{self.num_samples} trials done)")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._say(f"{trial.trial_id} ERROR (see {trial.local_path or 'the trial folder'}/error.txt)")
+
+    return KeyMetrics()

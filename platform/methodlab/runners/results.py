@@ -60,7 +60,10 @@ def write_run_summary(run_dir: Path, slug: str, cfg, final: dict, checkpoint: Pa
     return df
 
 
-def write_sweep_summary(sweep_dir: Path, slug: str, result_grid, metric: str, mode: str, params: list[str]) -> pd.DataFrame:
+def write_sweep_summary(sweep_dir: Path, slug: str, result_grid, metric: str, mode: str, params: list[str],
+                        early_stops: dict | None = None) -> pd.DataFrame:
+    """`early_stops`: {trial_id: time attribute} of the trials the scheduler stopped early."""
+    early_stops = early_stops or {}
     rows, hist = [], []
     for res in result_grid:
         trial_id = Path(res.path).name if res.path else "?"
@@ -85,6 +88,8 @@ def write_sweep_summary(sweep_dir: Path, slug: str, result_grid, metric: str, mo
                      "metric": metric, "mode": mode, "best": best,
                      "checkpoint": getattr(best_ckpt, "path", best_ckpt), "checkpoint_metric": best_val,
                      "iterations": metrics.get("training_iteration", 0), "path": res.path,
+                     "stopped_early": metrics.get("trial_id", trial_id) in early_stops,
+                     "stopped_at": early_stops.get(metrics.get("trial_id", trial_id)),
                      **{f"config/{p}": (json.dumps(cfg.get(p)) if isinstance(cfg.get(p), (list, dict)) else cfg.get(p))
                         for p in params},
                      **{f"final/{k}": v for k, v in _numeric(metrics).items() if k not in ("time_this_iter_s", "pid")}})

@@ -18,10 +18,17 @@ from methodlab.core.registry import get_spec
 
 
 class MetricsRecorder(UserCallback):
-    """Runs on the Train controller: one JSON line per report (rank 0's metrics + checkpoint path)."""
+    """Runs on the Train controller: one JSON line per report (rank 0's metrics + checkpoint path), and
+    the same report to MLflow / TensorBoard when tracking is on (so every rank's report is logged once)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, tracking: dict | None = None, run_name: str = "", method: str = "",
+                 config: dict | None = None):
         self.path, self.t0 = path, time.time()
+        self.tracking, self.run_name, self.method, self.config = tracking, run_name, method, config or {}
+        self._tracker = None
+
+    def __getstate__(self):  # the live MLflow client / event writer stay in the process that made them
+        return {**self.__dict__, "_tracker": None}
 
     def after_report(self, run_context, metrics, checkpoint):
         row = {**(metrics[0] if metrics else {}), "_time": round(time.time() - self.t0, 3)}
@@ -30,6 +37,12 @@ class MetricsRecorder(UserCallback):
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as fh:
             fh.write(json.dumps(row, default=float) + "\n")
+        if self.tracking:
+            from methodlab.runners.tracking import open_run
+
+            if self._tracker is None:
+                self._tracker = open_run(self.tracking, Path(self.path).parent, self.run_name, self.method, self.config)
+            self._tracker.log(row)
 
 
 def worker_loop(payload: dict) -> None:
@@ -91,6 +104,7 @@ def run_train(loaded, name: str, storage: str, *, address: str | None = None, qu
     from methodlab.runners.local import check_resume_compatible, write_job_record
     from methodlab.runners.paths import is_uri
     from methodlab.runners.ray_session import init_ray
+    from methodlab.runners import tracking
     from methodlab.runners.results import write_run_summary
 
     init_ray(address, quiet=quiet)
@@ -104,11 +118,21 @@ def run_train(loaded, name: str, storage: str, *, address: str | None = None, qu
         write_job_record(run_dir, loaded, name, storage, "train")
         found = latest_checkpoint(run_dir)
         resume_from = str(found) if found else None
-    callbacks = [MetricsRecorder(str(run_dir / "metrics.jsonl"))] if local else []
+    # Tracking needs the run folder for its run ids and event files: local storage only.
+    track = tracking.settings(loaded.job.tracking, spec.slug) if local else None
+    if not local and tracking.settings(loaded.job.tracking, spec.slug):
+        tracking.warn_remote(storage)
+    callbacks = [MetricsRecorder(str(run_dir / "metrics.jsonl"), track, name, spec.slug,
+                                 loaded.config.model_dump(mode="json"))] if local else []
     trainer = build_trainer(loaded, name, storage, callbacks=callbacks, resume_from=resume_from)
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except BaseException:
+        tracking.finish_run(track, run_dir, name, type(loaded.config).primary_metric, {}, None, status="FAILED")
+        raise
     final = dict(result.metrics or {})
     if local:
         ckpt = Path(result.checkpoint.path) if result.checkpoint else latest_checkpoint(run_dir)
         write_run_summary(run_dir, spec.slug, loaded.config, final, ckpt)
+        tracking.finish_run(track, run_dir, name, type(loaded.config).primary_metric, final, ckpt)
     return {"run_dir": str(run_dir), "metrics": final, "checkpoint": result.checkpoint.path if result.checkpoint else None}

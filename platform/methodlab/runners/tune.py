@@ -6,6 +6,10 @@ named after the trial id (stable across retries and `tune resume`) and forwards 
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import os
 from pathlib import Path
 
 import yaml
@@ -15,6 +19,7 @@ from methodlab.core.overrides import apply_overrides, deep_merge
 from methodlab.core.registry import get_spec
 
 SWEEP_RECORD = "sweep.yaml"
+EARLY_STOPS = "early_stops.jsonl"
 
 
 def _dist(param):
@@ -42,6 +47,7 @@ def function_trial(params: dict, payload: dict) -> None:
     from ray import tune
 
     spec, cfg = _trial_config(payload, params)
+    logging.getLogger("ray.train").setLevel(logging.WARNING)  # one "checkpoint created" line per report otherwise
     if payload.get("torch_threads"):
         torch.set_num_threads(payload["torch_threads"])
     ckpt = tune.get_checkpoint()
@@ -71,10 +77,64 @@ def driver_trial(params: dict, payload: dict) -> None:
     trainer.fit()
 
 
+def recording_asha(log_path: str | None, **kwargs):
+    """ASHA that appends each early stop (trial id, time attribute) to the sweep folder: Tune marks the
+    last result of a stopped trial `done` just like a finished one, so the decision is recorded here."""
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+    class RecordingASHA(ASHAScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            decision = super().on_trial_result(tune_controller, trial, result)
+            t = result.get(self._time_attr)
+            if log_path and decision == TrialScheduler.STOP and isinstance(t, (int, float)) and t < self._max_t:
+                with open(log_path, "a") as fh:
+                    fh.write(json.dumps({"trial_id": trial.trial_id, "at": t}) + "\n")
+            return decision
+
+    return RecordingASHA(**kwargs)
+
+
+def read_early_stops(sweep_dir: str | Path) -> dict:
+    path = Path(sweep_dir) / EARLY_STOPS
+    if not path.exists():
+        return {}
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return {r["trial_id"]: r["at"] for r in rows}
+
+
+def sweep_tracking(loaded_space) -> dict | None:
+    """The search space's `tracking` block, or else its base job's."""
+    from methodlab.runners.tracking import settings
+
+    block = loaded_space.space.tracking or loaded_space.base.job.tracking
+    return settings(block, loaded_space.base.job.method)
+
+
+def build_callbacks(loaded_space, name: str, storage: str, quiet: bool) -> list:
+    from methodlab.runners.paths import is_uri
+    from methodlab.runners.progress import tune_console
+    from methodlab.runners.tracking import tune_callback
+
+    space = loaded_space.space
+    callbacks = [] if quiet else [tune_console(loaded_space.metric, space.scheduler.time_attr, list(space.params),
+                                              str(Path(storage) / name), space.num_samples)]
+    track = sweep_tracking(loaded_space)
+    if track and is_uri(storage):
+        from methodlab.runners.tracking import warn_remote
+
+        warn_remote(storage)
+    elif track:  # run ids and event files live in the sweep folder
+        callbacks.append(tune_callback(track, str(Path(storage) / name), name, loaded_space.metric,
+                                       space.model_dump(mode="json")["params"], loaded_space.base.job.method))
+    return callbacks
+
+
 def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False, quiet: bool = False):
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import FIFOScheduler
     from ray.tune.search.optuna import OptunaSearch
+
+    from methodlab.runners.paths import is_uri
 
     space = loaded_space.space
     base = loaded_space.base
@@ -94,8 +154,9 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
         failure_config=tune.FailureConfig(max_failures=space.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=loaded_space.metric,
                                                 checkpoint_score_order=loaded_space.mode),
-        verbose=0 if quiet else 1,
-        progress_reporter=None if quiet else _reporter(loaded_space),
+        # Tune's own output lists every metric of every trial; our console callback shows the key ones.
+        verbose=0,
+        callbacks=build_callbacks(loaded_space, name, storage, quiet),
     )
     if restore:
         return tune.Tuner.restore(str(Path(storage) / name), trainable=trainable, resume_errored=True)
@@ -108,8 +169,9 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
         search_alg = BasicVariantGenerator(points_to_evaluate=space.search_alg.points_to_evaluate or None,
                                            random_state=space.search_alg.seed)
     sch = space.scheduler
-    scheduler = (ASHAScheduler(time_attr=sch.time_attr, grace_period=sch.grace_period, max_t=sch.max_t,
-                               reduction_factor=sch.reduction_factor)
+    stops_log = None if is_uri(storage) else str(Path(storage) / name / EARLY_STOPS)
+    scheduler = (recording_asha(stops_log, time_attr=sch.time_attr,
+                                grace_period=sch.grace_period, max_t=sch.max_t, reduction_factor=sch.reduction_factor)
                  if sch.type == "asha" else FIFOScheduler())
     return tune.Tuner(
         trainable,
@@ -121,12 +183,19 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
     )
 
 
-def _reporter(loaded_space):
-    from ray import tune
-
-    metrics = {loaded_space.metric: loaded_space.metric.split("/")[-1], loaded_space.space.scheduler.time_attr: "t"}
-    return tune.CLIReporter(metric_columns=metrics, parameter_columns=list(loaded_space.space.params),
-                            max_report_frequency=15)
+@contextlib.contextmanager
+def legacy_output():
+    """Ray 2.60's default output engine prints its own banner and tables even at verbose=0; the legacy
+    engine at verbose=0 prints nothing, which leaves the console to our key-metrics callback."""
+    old = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = old
 
 
 def run_tune(loaded_space, name: str, storage: str, *, address: str | None = None, quiet: bool = False,
@@ -141,12 +210,21 @@ def run_tune(loaded_space, name: str, storage: str, *, address: str | None = Non
         record = {"search_space": str(loaded_space.path.resolve()), "name": name, "storage": storage,
                   "metric": loaded_space.metric, "mode": loaded_space.mode,
                   "space": loaded_space.space.model_dump(mode="json"),
-                  "base_job": {**loaded_space.base.job.model_dump(mode="json")}}
+                  "base_job": {**loaded_space.base.job.model_dump(mode="json")},
+                  "tracking": sweep_tracking(loaded_space)}
         (sweep_dir / SWEEP_RECORD).write_text(yaml.safe_dump(record, sort_keys=False))
     tuner = build_tuner(loaded_space, name, storage, restore=restore, quiet=quiet)
-    grid = tuner.fit()
+    with legacy_output():
+        grid = tuner.fit()
     table = write_sweep_summary(sweep_dir, loaded_space.base.job.method, grid, loaded_space.metric, loaded_space.mode,
-                                list(loaded_space.space.params))
+                                list(loaded_space.space.params), early_stops=read_early_stops(sweep_dir))
+    # the store resolved at the start (a resume from another directory must close the same parent run)
+    track = (yaml.safe_load((sweep_dir / SWEEP_RECORD).read_text()) or {}).get("tracking")
+    if track and track.get("mlflow"):
+        from methodlab.runners.report_html import build_report
+        from methodlab.runners.tracking import finish_sweep
+
+        finish_sweep(track, sweep_dir, name, table, build_report(sweep_dir))
     best = table.iloc[0].to_dict() if len(table) else {}
     return {"sweep_dir": str(sweep_dir), "best": best, "num_trials": len(table),
             "errors": int((table["status"] == "ERROR").sum()) if len(table) else 0}

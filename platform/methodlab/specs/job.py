@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Strict(BaseModel):
@@ -35,20 +35,15 @@ class RunPolicy(Strict):
 
 
 class Tracking(Strict):
-    """Experiment trackers. Not wired yet: turning one on is refused rather than silently ignored.
-    (Tune already writes TensorBoard event files per trial: `tensorboard --logdir <sweep folder>`.)"""
+    """Experiment trackers, logged from one process per run (rank 0's reports once; see runners/tracking.py)."""
 
-    mlflow: bool = False
-    tensorboard: bool = False
-    uri: str | None = Field(None, description="MLflow tracking URI (default sqlite under the storage path).")
-    experiment: str | None = None
-
-    @model_validator(mode="after")
-    def _not_yet(self):
-        if self.mlflow or self.tensorboard:
-            raise ValueError("MLflow / TensorBoard tracking is not available in this version; set mlflow: false and "
-                             "tensorboard: false (Tune sweeps still write TensorBoard event files per trial)")
-        return self
+    mlflow: bool = Field(False, description="Log params, every report (with its step), final metrics, the checkpoint "
+                                             "path and plots to MLflow; a sweep is a parent run with one nested run per trial.")
+    tensorboard: bool = Field(False, description="Write TensorBoard event files to <run>/tensorboard or "
+                                                  "<sweep>/tensorboard/<trial_id>.")
+    uri: str | None = Field(None, min_length=1, description="MLflow tracking URI or a folder (default: MLFLOW_TRACKING_URI, "
+                                                            "else ./mlruns, an SQLite store with artifacts beside it).")
+    experiment: str | None = Field(None, min_length=1, max_length=200, description="MLflow experiment (default: the method slug).")
 
 
 class JobFile(Strict):

@@ -1,0 +1,75 @@
+"""Loss / accuracy / balanced accuracy on a split, and the attention diagnostics of Claim 3."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def predict(model, x: torch.Tensor, chunk: int = 256):
+    was = model.training
+    model.eval()
+    logits, attns = [], []
+    for i in range(0, len(x), chunk):
+        lg, a = model(x[i:i + chunk], return_attention=True)
+        logits.append(lg)
+        if a is not None:
+            attns.append(a)
+    model.train(was)
+    return torch.cat(logits), (torch.cat(attns) if attns else None)
+
+
+def balanced_accuracy(pred: torch.Tensor, y: torch.Tensor) -> float:
+    recalls = [(pred[y == c] == c).float().mean() for c in torch.unique(y)]
+    return float(torch.stack(recalls).mean())
+
+
+def evaluate_split(model, x, y) -> dict[str, float]:
+    logits, _ = predict(model, x)
+    pred = logits.argmax(-1)
+    return {"loss": float(F.cross_entropy(logits, y)), "accuracy": float((pred == y).float().mean()),
+            "balanced_accuracy": balanced_accuracy(pred, y)}
+
+
+def evaluate(model, data, splits=("train", "val", "test")) -> dict[str, float]:
+    out = {}
+    for s in splits:
+        for k, v in evaluate_split(model, getattr(data, f"x_{s}"), getattr(data, f"y_{s}")).items():
+            out[f"{s}/{k}"] = v
+    return out
+
+
+def attention_stats(model, data) -> dict[str, float]:
+    """Mean attention each output token gives the evidence segment (x m: 1.0 = the uniform share), and the
+    standard deviation of the attention weights over test trials (Claim 3: > 1e-3)."""
+    _, attn = predict(model, data.x_test)
+    if attn is None:
+        return {}
+    out = {"attn/std_over_trials": float(attn.std(0).mean())}
+    seg = data.seg_test
+    if seg is not None and (seg >= 0).all():
+        m = attn.shape[-1]
+        idx = seg.view(-1, 1, 1).expand(-1, m, 1)
+        out["attn/evidence_weight_x_m"] = float(attn.gather(-1, idx).mean() * m)
+    return out
+
+
+def fit_evaluate(cfg, ctx) -> dict:
+    """Setting 'evaluate': score the checkpoint `cfg.eval_checkpoint` (its best-validation-loss weights and
+    network config) on the data this job's config describes (generator or real-format loader)."""
+    from methodlab.core.errors import ConfigError
+    from methodlab.methods.gyroatt.data import build_data
+    from methodlab.methods.gyroatt.predictor import Predictor
+
+    if not cfg.eval_checkpoint:
+        raise ConfigError("required for setting 'evaluate'", field="eval_checkpoint")
+    pred = Predictor.from_checkpoint(cfg.eval_checkpoint)
+    data = build_data(cfg)
+    want = int(pred.state["n_channels"])
+    if data.n_channels != want:
+        raise ConfigError(f"data have {data.n_channels} channels, the checkpoint expects {want}", field="data_path")
+    metrics = {"epoch": 0, "step": 0, **evaluate(pred.model, data, ("val", "test")),
+               **attention_stats(pred.model, data)}
+    ctx.report(metrics)
+    return metrics

@@ -1,0 +1,90 @@
+"""gyroatt training loop: data, model, Riemannian Adam, per-epoch evaluation, selection of the epoch
+with the lowest validation loss (its test accuracy is the reported one), checkpoints and resume."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.methods.gyroatt.config import Config
+from methodlab.methods.gyroatt.data import build_data
+from methodlab.methods.gyroatt.evaluate import attention_stats, evaluate
+from methodlab.methods.gyroatt.layers import RiemannianAdam
+from methodlab.methods.gyroatt.model import build_model
+
+SLUG = "gyroatt"
+BEST = "best."  # prefix of the best-validation-loss weights inside weights.safetensors
+
+
+def batch_order(epoch: int, n: int, seed: int) -> torch.Tensor:
+    """Deterministic per-epoch permutation, so a resumed run sees the batches of an uninterrupted one."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
+def fit(cfg: Config, ctx: RunContext) -> dict:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    data = build_data(cfg)
+    model = build_model(cfg, data.n_channels, data.n_classes)
+    opt = RiemannianAdam(model, cfg.lr, cfg.weight_decay)
+    epoch, best = 0, {"val/loss": math.inf}
+    best_state = copy.deepcopy(model.state_dict())
+    if ctx.checkpoint is not None:
+        ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
+        model.load_state_dict({k: v for k, v in ck.weights.items() if not k.startswith(BEST)})
+        best_state = {k[len(BEST):]: v for k, v in ck.weights.items() if k.startswith(BEST)}
+        opt.load_state_dict(ck.torch_state["optimizer"])
+        epoch, best = int(ck.state["epoch"]), dict(ck.state["best"])
+        ctx.history[:] = list(ck.extras.get("history", []))
+
+    def writer(final: bool):
+        def write(d: Path) -> None:
+            weights = {**model.state_dict(), **{BEST + k: v for k, v in best_state.items()}}
+            save_checkpoint(d, method=SLUG, config=cfg, weights=weights, torch_state={"optimizer": opt.state_dict()},
+                            state={"epoch": epoch, "step": epoch, "final": final, "best": best,
+                                   "n_channels": data.n_channels, "n_samples": data.n_samples,
+                                   "n_classes": data.n_classes, "sfreq": data.sfreq, "ch_names": data.ch_names},
+                            extras={"history": ctx.history})
+        return write
+
+    n = len(data.y_train)
+    splits = ("train", "val", "test") if cfg.eval_test else ("train", "val")
+    while epoch < cfg.epochs:
+        model.train()
+        perm, losses = batch_order(epoch, n, cfg.seed), []
+        for i in range(0, n, cfg.batch_size):
+            idx = perm[i:i + cfg.batch_size]
+            if len(idx) < 2:  # BatchNorm needs two trials
+                continue
+            loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss at epoch {epoch} ({cfg.geometry})")
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        epoch += 1
+        done = epoch >= cfg.epochs
+        if epoch % cfg.log_every and not done:
+            continue
+        metrics = {"epoch": epoch, "step": epoch, "train/batch_loss": sum(losses) / max(1, len(losses)),
+                   **evaluate(model, data, splits)}
+        if metrics["val/loss"] < best["val/loss"]:
+            best = {k: metrics[k] for k in metrics if k.startswith(("val/", "test/"))} | {"epoch": epoch}
+            best_state = copy.deepcopy(model.state_dict())
+        metrics.update({f"best/{k}": v for k, v in best.items()})
+        if done:
+            sel = copy.deepcopy(model)
+            sel.load_state_dict(best_state)
+            metrics.update({f"best/{k}": v for k, v in attention_stats(sel, data).items()})
+        save = done or epoch % cfg.checkpoint_every == 0
+        ctx.report(metrics, checkpoint=writer(done) if save else None)
+    if not ctx.history or ctx.history[-1].get("epoch") != epoch:  # resumed at the very end
+        ctx.report({"epoch": epoch, "step": epoch, **evaluate(model, data, splits)}, checkpoint=writer(True))
+    return ctx.history[-1]

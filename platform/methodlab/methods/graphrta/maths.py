@@ -1,0 +1,196 @@
+"""The maths of GraphRTA: losses (L_cls with placeholder + mixup terms, soft unknown supervision, split-GRL
+three-group adversarial loss, entropy), the Beta-mixture EM for known/unknown membership, the budget
+projection of the flip probabilities, and gradient-times-weight pruning."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from methodlab.methods.graphrta.model import grl
+
+EPS_U = 1e-4
+
+
+# ------------------------------------------------------------------------------------------------ losses
+def cls_loss(logits, z, y, classifier, beta_ph=1.0, beta_mix=1.0, mix_lambda="beta", gen=None):
+    """Source L_cls over K+1 outputs: CE(y) + beta_ph * CE(logits with y's logit removed, K) [the best
+    non-ground-truth class is 'unknown'] + beta_mix * CE(g(lam z_a + (1-lam) z_b), K) for pairs of
+    different classes [a mix of two known classes belongs to no known class]."""
+    k = logits.shape[1] - 1
+    loss = F.cross_entropy(logits, y)
+    if beta_ph > 0:
+        masked = logits.masked_fill(F.one_hot(y, k + 1).bool(), float("-inf"))
+        loss = loss + beta_ph * F.cross_entropy(masked, torch.full_like(y, k))
+    if beta_mix > 0 and len(y) > 1:
+        perm = torch.randperm(len(y), generator=gen)
+        ok = y != y[perm]
+        if ok.any():
+            za, zb = z[ok], z[perm[ok]]
+            lam = (torch.rand(len(za), 1, generator=gen) if mix_lambda == "beta" else torch.full((len(za), 1), 0.5))
+            mixed = classifier(lam * za + (1 - lam) * zb)
+            loss = loss + beta_mix * F.cross_entropy(mixed, torch.full((len(za),), k, dtype=torch.long))
+    return loss
+
+
+def unknown_loss(logits_t, w, binary: bool = True):
+    """Soft unknown pseudo-labels. binary=False: (1/n_t) sum_i w_i CE(g(z_i), K) (spec form). binary=True [I]:
+    + (1 - w_i) * (-log(1 - u_i)) as well, so likely-known nodes are pushed off the unknown logit; without this
+    counter-term the one-sided loss feeds back (more unknown -> larger w) and collapses to all-unknown (measured)."""
+    k = logits_t.shape[1] - 1
+    logp = logits_t.log_softmax(-1)
+    loss = -w * logp[:, k]
+    if binary:
+        log_not_unknown = torch.logsumexp(logp[:, :k], -1)
+        loss = loss - (1 - w) * log_not_unknown
+    return loss.mean()
+
+
+def entropy_loss(logits_t):
+    p = logits_t.softmax(-1)
+    return -(p * logits_t.log_softmax(-1)).sum(-1).mean()
+
+
+def _frozen(disc, z):
+    """D(z) with D's parameters detached: gradients reach z only (the encoder's side of the game)."""
+    from torch.func import functional_call
+
+    return functional_call(disc, {n: p.detach() for n, p in disc.named_parameters()}, (z,))
+
+
+def adv_target(disc, z_t, w, split=True, coeff=1.0, form="grl2"):
+    """Target part of L_adv. The discriminator always learns the 3-way CE
+    mean_i [(1-w_i) CE(D(z_i), 1) + w_i CE(D(z_i), 2)].
+    form 'grl3' (spec): the same 3-way CE reaches the encoder (and the reprogrammed graph) through a GRL for the
+    known term (align with the source) and without one for the unknown term (keep unknown nodes separable).
+    form 'grl2' [I]: the reversed known term is the 2-way CE over {source, target-known} only, so the encoder
+    cannot 'confuse' D by moving known nodes into D's unknown region (grl3 measurably drifts to all-unknown).
+    split=False puts the unknown term behind the GRL too (the variant the spec warns of)."""
+    n = len(w)
+    one, two = torch.ones(n, dtype=torch.long), torch.full((n,), 2, dtype=torch.long)
+    if form == "grl3":
+        lk = F.cross_entropy(disc(grl(z_t, coeff)), one, reduction="none")
+        zu = z_t if split else grl(z_t, coeff)
+        lu = F.cross_entropy(disc(zu), two, reduction="none")
+        return ((1 - w) * lk + w * lu).mean()
+    d_only = F.cross_entropy(disc(z_t.detach()), one, reduction="none") * (1 - w) \
+        + F.cross_entropy(disc(z_t.detach()), two, reduction="none") * w
+    logits = _frozen(disc, z_t)
+    enc_k = -coeff * F.cross_entropy(logits[:, :2], one, reduction="none")
+    lu = F.cross_entropy(logits, two, reduction="none")
+    enc_u = lu if split else -coeff * lu
+    return (d_only + (1 - w) * enc_k + w * enc_u).mean()
+
+
+def adv_loss(disc, z_s, z_t, w, split=True, coeff=1.0, form="grl2"):
+    """L_adv = CE(D(z_s), 0) (reversed for the encoder; 2-way under grl2) + the target part. `coeff` scales the
+    reversed gradient only (the discriminator itself always gets the plain gradient)."""
+    zero = torch.zeros(len(z_s), dtype=torch.long)
+    if form == "grl3":
+        ls = F.cross_entropy(disc(grl(z_s, coeff)), zero)
+    else:
+        ls = F.cross_entropy(disc(z_s.detach()), zero) - coeff * F.cross_entropy(_frozen(disc, z_s)[:, :2], zero)
+    return ls + adv_target(disc, z_t, w, split, coeff, form)
+
+
+# ------------------------------------------------------------------------------------------- Beta mixture
+class BetaMixture:
+    """2-component Beta mixture fitted by EM with weighted method-of-moments M-steps. The component with the
+    larger mean is 'unknown'; posterior(u) is its responsibility."""
+
+    def __init__(self):
+        self.alpha = [2.0, 8.0]
+        self.beta = [8.0, 2.0]
+        self.pi = [0.5, 0.5]
+
+    @staticmethod
+    def _logpdf(u, a, b):
+        return (a - 1) * torch.log(u) + (b - 1) * torch.log1p(-u) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+
+    def _resp(self, u):
+        lp = torch.stack([math.log(max(self.pi[c], 1e-12)) + self._logpdf(u, self.alpha[c], self.beta[c]) for c in (0, 1)], 1)
+        return lp.softmax(1)
+
+    def fit(self, u, iters=20):
+        u = u.detach().double().clamp(EPS_U, 1 - EPS_U)
+        r = torch.stack([1 - u, u], 1)  # start from the unknown probability itself (no arbitrary split)
+        for it in range(iters):
+            if it > 0:
+                r = self._resp(u)
+            for c in (0, 1):
+                wc = r[:, c]
+                s = float(wc.sum())
+                if s < 1e-8:
+                    continue
+                m = float((wc * u).sum() / s)
+                v = float((wc * (u - m) ** 2).sum() / s)
+                v = min(max(v, 1e-8), m * (1 - m) * 0.999)
+                common = m * (1 - m) / v - 1
+                self.alpha[c] = max(m * common, 1e-2)
+                self.beta[c] = max((1 - m) * common, 1e-2)
+                self.pi[c] = s / len(u)
+        return self
+
+    def means(self):
+        return [a / (a + b) for a, b in zip(self.alpha, self.beta)]
+
+    def posterior(self, u):
+        u = u.detach().double().clamp(EPS_U, 1 - EPS_U)
+        unk = int(self.means()[1] >= self.means()[0])
+        return self._resp(u)[:, unk].float()
+
+    def state(self):
+        return {"alpha": list(self.alpha), "beta": list(self.beta), "pi": list(self.pi)}
+
+    @classmethod
+    def from_state(cls, s):
+        b = cls()
+        b.alpha, b.beta, b.pi = list(s["alpha"]), list(s["beta"]), list(s["pi"])
+        return b
+
+
+# ---------------------------------------------------------------------------------------- budget projection
+@torch.no_grad()
+def project_budget(p: torch.Tensor, budget: float, iters: int = 60) -> torch.Tensor:
+    """Euclidean projection onto {0 <= p <= 1, sum p <= B}: clip(p - mu, 0, 1) with the shift mu >= 0 found
+    by bisection; the upper end of the bracket is returned, so the sum never exceeds B."""
+    q = p.clamp(0, 1)
+    if float(q.sum()) <= budget:
+        return q
+    lo, hi = float(p.min()) - 1.0, float(p.max())
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if float((p - mid).clamp(0, 1).sum()) > budget:
+            lo = mid
+        else:
+            hi = mid
+    return (p - hi).clamp(0, 1)
+
+
+def hard_flips(p: torch.Tensor, budget: int, mode="topk", min_prob=0.5, gen=None) -> torch.Tensor:
+    """Boolean flips of the candidate set: top-B entries (with p >= min_prob) or a Bernoulli draw."""
+    if budget <= 0 or p.numel() == 0:
+        return torch.zeros_like(p, dtype=torch.bool)
+    if mode == "bernoulli":
+        return torch.bernoulli(p.clamp(0, 1), generator=gen).bool()
+    flips = torch.zeros_like(p, dtype=torch.bool)
+    top = torch.topk(p, min(budget, p.numel())).indices
+    flips[top[p[top] >= min_prob]] = True
+    return flips
+
+
+# -------------------------------------------------------------------------------------------------- pruning
+@torch.no_grad()
+def prune_masks(layers, ratio: float):
+    """Per layer: M = 0 for the round(ratio * numel) entries with the smallest |W * dL/dW| (the gradient
+    must already be in W.grad, computed with M = 1), M = 1 otherwise."""
+    for lin in layers:
+        imp = (lin.weight * lin.weight.grad).abs().flatten() if lin.weight.grad is not None else lin.weight.abs().flatten()
+        k = int(round(ratio * imp.numel()))
+        mask = torch.ones_like(imp)
+        if k > 0:
+            mask[torch.argsort(imp, stable=True)[:k]] = 0.0
+        lin.mask.copy_(mask.view_as(lin.mask))
+        lin.apply_mask()

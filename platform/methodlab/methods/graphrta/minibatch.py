@@ -1,0 +1,203 @@
+"""Neighbour-sampled GraphRTA (`batching: neighbor`, for graphs that do not fit one batch; spec schedule 5):
+each step pairs a source batch and a target batch (2-hop sampled subgraphs), does the model step and the
+graph-reprogramming step on them; only the sampled rows of Delta X and the sampled candidate edges of p get
+updated (row-sparse Adam). BMM refit every `bmm_refit_every` steps on the last batches' seed nodes; pruning
+importance summed over 10 source + target batches; final inference layer-wise over the full target graph."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from methodlab.core import RunContext, save_checkpoint
+from methodlab.methods.graphrta import maths
+from methodlab.methods.graphrta.data import build_pair, flip_candidates
+from methodlab.methods.graphrta.evaluate import open_set_metrics
+from methodlab.methods.graphrta.model import gcn_propagate
+from methodlab.methods.graphrta.sampler import NeighborSampler
+
+
+class RowAdam:
+    """Adam whose state is dense but whose update touches only the given rows (lazy, like SparseAdam)."""
+
+    def __init__(self, param: torch.Tensor, lr: float, betas=(0.9, 0.999), eps=1e-8):
+        self.p, self.lr, self.b1, self.b2, self.eps = param, lr, betas[0], betas[1], eps
+        self.m, self.v = torch.zeros_like(param), torch.zeros_like(param)
+        self.t = torch.zeros(param.shape[0], dtype=torch.int32)
+
+    @torch.no_grad()
+    def step(self, rows: torch.Tensor, grad: torch.Tensor):
+        rows, inv = torch.unique(rows, return_inverse=True)
+        g = torch.zeros((len(rows),) + tuple(grad.shape[1:]), dtype=grad.dtype).index_add_(0, inv, grad)
+        self.t[rows] += 1
+        t = self.t[rows].to(g.dtype).view(-1, *([1] * (g.dim() - 1)))
+        m = self.m[rows].mul_(self.b1).add_(g, alpha=1 - self.b1)
+        v = self.v[rows].mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+        self.m[rows], self.v[rows] = m, v
+        upd = (m / (1 - self.b1 ** t)) / ((v / (1 - self.b2 ** t)).sqrt() + self.eps)
+        self.p[rows] -= self.lr * upd
+
+
+@torch.no_grad()
+def full_inference(net, x, edge_index, edge_weight, chunk: int):
+    """Layer-wise over the whole graph: features in row chunks, messages in edge chunks (bounded memory)."""
+    net.eval()
+    h = x
+    n = x.shape[0]
+    for conv in net.encoder.convs:
+        lin = torch.cat([conv.lin(h[s:s + chunk]) for s in range(0, n, chunk)])
+        out = torch.zeros_like(lin)
+        loop = torch.arange(n)
+        deg = torch.ones(n).index_add_(0, edge_index[1], edge_weight)
+        dinv = deg.rsqrt()
+        out += lin * (dinv * dinv)[:, None]
+        for s in range(0, edge_index.shape[1], chunk * 4):
+            e = edge_index[:, s:s + chunk * 4]
+            w = dinv[e[0]] * edge_weight[s:s + chunk * 4] * dinv[e[1]]
+            out.index_add_(0, e[1], lin[e[0]] * w[:, None])
+        h = torch.relu(out + conv.bias)
+        del lin, loop
+    logits = torch.cat([net.classifier(h[s:s + chunk]) for s in range(0, n, chunk)])
+    return logits
+
+
+def _forward(net, b, x_rows, ew):
+    z, lo = net(x_rows, b.edge_index, ew)
+    return z[:b.batch_size], lo[:b.batch_size]
+
+
+def fit_neighbor(cfg, ctx: RunContext) -> dict:
+    t0 = time.perf_counter()
+    from methodlab.methods.graphrta.train import build_net
+
+    pair = build_pair(cfg)
+    s, t, k = pair.source, pair.target, pair.n_known
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    net = build_net(cfg, s.x.shape[1], k)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    s_sampler = NeighborSampler(s.edge_index, s.num_nodes, cfg.fanouts, gen)
+    graph_rp = cfg.graph_reprogramming
+    if graph_rp:
+        pairs, exists = flip_candidates(t.edge_index, t.num_nodes, cfg.candidate_nonedge_ratio, gen)
+    else:
+        pairs = t.edge_index[:, t.edge_index[0] < t.edge_index[1]]
+        exists = torch.ones(pairs.shape[1], dtype=torch.bool)
+    m = pairs.shape[1]
+    t_edges = torch.cat([pairs, pairs.flip(0)], 1)  # edge e and e + m are the two directions of candidate e
+    t_sampler = NeighborSampler(t_edges, t.num_nodes, cfg.fanouts, gen)
+    budget = int(round(cfg.edge_budget * int(exists.sum()))) if graph_rp else 0
+    delta_x = torch.zeros_like(t.x)
+    p = torch.zeros(m)
+    adam_x, adam_p = RowAdam(delta_x, cfg.lr_feat), RowAdam(p, cfg.lr_adj)
+    tr = pair.src_train
+    bs = cfg.batch_size
+
+    def src_batch():
+        seeds = tr[torch.randint(0, len(tr), (min(bs, len(tr)),), generator=gen)]
+        return s_sampler.sample(seeds, s.x, s.y)
+
+    for step in range(1, cfg.pretrain_steps + 1):  # source pre-training, no early stopping (spec preset)
+        net.train()
+        b = src_batch()
+        z, lo = _forward(net, b, b.x, None)
+        loss = maths.cls_loss(lo, z, b.y[:b.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix, cfg.mix_lambda, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % max(1, cfg.pretrain_steps // 5) == 0:
+            ctx.report({"epoch": 0, "step": step, "phase": 0, "train/loss": float(loss.detach()),
+                        "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
+
+    def tgt_batch(seeds):
+        b = t_sampler.sample(seeds)
+        c = b.e_id % m
+        return b, c
+
+    def t_weights(c, pv):
+        return torch.where(exists[c], 1 - pv, pv)
+
+    bmm, u_buf = maths.BetaMixture(), []
+    if cfg.adapts and cfg.effective_prune > 0:  # importance summed over 10 source + target batches at M = 1
+        for lin in net.encoder.masked():
+            lin.mask.fill_(1.0)
+        net.eval()
+        net.zero_grad(set_to_none=True)
+        for _ in range(10):
+            bsrc = src_batch()
+            bt, c = tgt_batch(torch.randint(0, t.num_nodes, (bs,), generator=gen))
+            zs, los = _forward(net, bsrc, bsrc.x, None)
+            zt, lot = _forward(net, bt, t.x[bt.n_id], t_weights(c, p[c]))
+            u = lot.softmax(-1)[:, k].detach()
+            loss = (maths.cls_loss(los, zs, bsrc.y[:bsrc.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix,
+                                   cfg.mix_lambda, gen) + maths.unknown_loss(lot, u) + maths.entropy_loss(lot)
+                    + maths.adv_loss(net.disc, zs, zt, u, cfg.grl_split, 1.0, cfg.adv_form))
+            loss.backward()
+            u_buf.append(u)
+        maths.prune_masks(net.encoder.masked(), cfg.effective_prune)
+        net.zero_grad(set_to_none=True)
+    if u_buf:
+        bmm.fit(torch.cat(u_buf), cfg.bmm_iters)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.adapt_lr or cfg.lr, weight_decay=cfg.weight_decay)
+    steps = cfg.steps_per_epoch or math.ceil(t.num_nodes / bs)
+    total = steps * cfg.adapt_epochs if cfg.adapts else 0
+    u_buf = []
+    for step in range(1, total + 1):
+        net.train()
+        coeff = cfg.grl_coeff * ((2 / (1 + math.exp(-10 * step / total)) - 1) if cfg.grl_ramp else 1.0)
+        bsrc = src_batch()
+        bt, c = tgt_batch(torch.randint(0, t.num_nodes, (bs,), generator=gen))
+        zs, los = _forward(net, bsrc, bsrc.x, None)
+        zt, lot = _forward(net, bt, t.x[bt.n_id] + delta_x[bt.n_id], t_weights(c, p[c]))
+        u = lot.softmax(-1)[:, k].detach()
+        w = bmm.posterior(u)
+        loss = (maths.cls_loss(los, zs, bsrc.y[:bsrc.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix,
+                               cfg.mix_lambda, gen)
+                + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss == "binary")
+                + cfg.w_adv * maths.adv_loss(net.disc, zs, zt, w, cfg.grl_split, coeff, cfg.adv_form)
+                + cfg.w_ent * maths.entropy_loss(lot))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        net.encoder.apply_masks()
+        u_buf.append(u)
+        if graph_rp:  # (b) graph step on the same target subgraph, model fixed, row-sparse updates
+            net.eval()
+            dx = delta_x[bt.n_id].clone().requires_grad_(True)
+            pv = p[c].clone().requires_grad_(True)
+            zt, lot = _forward(net, bt, t.x[bt.n_id] + dx, t_weights(c, pv))
+            lg = (cfg.w_ent * maths.entropy_loss(lot) + cfg.w_adv * maths.adv_target(net.disc, zt, w, cfg.grl_split, coeff, cfg.adv_form)
+                  + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss == "binary") + cfg.lambda_x * dx.pow(2).sum())
+            gx, gp = torch.autograd.grad(lg, [dx, pv])
+            adam_x.step(bt.n_id, gx)
+            adam_p.step(c, gp)
+            p.clamp_(0, 1)
+            if step % 10 == 0 or step == total:  # the global sum constraint: full projection every 10 steps
+                p.copy_(maths.project_budget(p, budget))
+        if step % cfg.bmm_refit_every == 0:
+            bmm.fit(torch.cat(u_buf[-100:]), cfg.bmm_iters)
+            u_buf = u_buf[-100:]
+            ctx.report({"epoch": step / steps, "step": cfg.pretrain_steps + step, "phase": 1,
+                        "train/loss": float(loss.detach()), "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
+    flips = maths.hard_flips(p, budget, "topk", cfg.flip_min_prob) if graph_rp else torch.zeros(m, dtype=torch.bool)
+    keep = exists ^ flips
+    ei = torch.cat([pairs[:, keep], pairs[:, keep].flip(0)], 1)
+    logits = full_inference(net, t.x + delta_x, ei, torch.ones(ei.shape[1]), cfg.infer_chunk)
+    pred = logits.argmax(-1)
+    idx = pair.tgt_test
+    metrics = open_set_metrics(pred[idx].numpy(), t.y[idx].numpy(), k)
+    metrics.update({"epoch": cfg.adapt_epochs, "step": cfg.pretrain_steps + total, "phase": 1,
+                    "rp/flips": int(flips.sum()), "time/s": time.perf_counter() - t0})
+
+    def write(d: Path):
+        w = {f"net.{n}": v for n, v in net.state_dict().items()}
+        save_checkpoint(d, method="graphrta", config=cfg, weights=w,
+                        state={"step": metrics["step"], "adapt_epoch": cfg.adapt_epochs, "final": True,
+                               "bmm": bmm.state(), "info": {"tau": None}, "n_features": int(s.x.shape[1]), "n_known": k})
+    ctx.report(metrics, checkpoint=write)
+    return ctx.history[-1]
+
+
+__all__ = ["fit_neighbor", "full_inference", "RowAdam", "gcn_propagate"]

@@ -1,0 +1,127 @@
+"""Serve GraphRTA: a graph in (node features + edge_index), K+1 labels out, with unknown flags. With
+`reprogram: true` the server first runs E' graph-reprogramming steps (Delta X and budgeted edge flips, model
+frozen) on the submitted graph. Malformed edge_index, out-of-range node ids and a wrong feature width answer
+FieldError (422). No threshold anywhere: `pred` is the argmax of the returned K+1 probabilities (a
+threshold-baseline checkpoint instead flags nodes whose max K-way probability is below its tau)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from methodlab.core import FieldError, load_checkpoint
+from methodlab.methods.graphrta import maths
+from methodlab.methods.graphrta.config import Config
+from methodlab.methods.graphrta.evaluate import threshold_predict
+
+MAX_NODES, MAX_EDGES = 5000, 100_000
+Feature = Annotated[float, Field(ge=-1e6, le=1e6)]
+
+
+class Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    x: list[list[Feature]] = Field(..., min_length=1, max_length=MAX_NODES,
+                                   description="Node features [n, f]; f must equal the checkpoint's feature width.")
+    edge_index: list[list[int]] = Field(..., min_length=2, max_length=2,
+                                        description="[[src...], [dst...]], 0-based node ids < n; treated as undirected.")
+    reprogram: bool = Field(True, description="Run E' graph-reprogramming steps on this graph before predicting.")
+    reprogram_steps: int | None = Field(None, ge=0, le=200, description="E'; None: the checkpoint's serve_reprogram_steps.")
+    return_probs: bool = Field(True, description="Also return the K+1 probabilities per node.")
+    seed: int = Field(0, ge=0, lt=2**31, description="Seed of the candidate non-edges.")
+
+
+class Output(BaseModel):
+    pred: list[int] = Field(description="Label per node in 0..K; K = unknown.")
+    is_unknown: list[bool]
+    probs: list[list[float]] | None = None
+    unknown_class_index: int
+    n_flipped_edges: int = 0
+    method: str
+
+
+class Predictor:
+    Input = Input
+    Output = Output
+
+    def __init__(self, cfg: Config, net, n_features: int, n_known: int, bmm: maths.BetaMixture, tau):
+        self.cfg, self.net, self.f, self.k, self.bmm, self.tau = cfg, net, n_features, n_known, bmm, tau
+
+    @classmethod
+    def from_checkpoint(cls, directory) -> "Predictor":
+        from methodlab.methods.graphrta.train import build_net
+
+        ck = load_checkpoint(directory, method="graphrta")
+        cfg = Config.model_validate(ck.config)
+        f, k = int(ck.state["n_features"]), int(ck.state["n_known"])
+        net = build_net(cfg, f, k)
+        net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
+        net.eval()
+        return cls(cfg, net, f, k, maths.BetaMixture.from_state(ck.state["bmm"]), ck.state["info"].get("tau"))
+
+    @staticmethod
+    def example_inputs(cfg: Config) -> list[Input]:
+        from methodlab.data.graphrta_csbm import csbm_pair
+
+        f = {"csbm": cfg.n_features, "wordnet": cfg.vocab_size}.get(cfg.data, 64)  # file data: width unknown here
+        g = csbm_pair(1, 40, 40, n_features=f)["target"]
+        return [Input(x=g[0].tolist(), edge_index=g[2].tolist(), reprogram=True, reprogram_steps=5),
+                Input(x=g[0][:10].tolist(), edge_index=[[0, 1, 2], [1, 2, 3]], reprogram=False)]
+
+    def _check(self, i: int, item: Input):
+        n = len(item.x)
+        if any(len(r) != self.f for r in item.x):
+            bad = next(j for j, r in enumerate(item.x) if len(r) != self.f)
+            raise FieldError(f"[{i}].x[{bad}]", f"has {len(item.x[bad])} features; this model takes {self.f}")
+        if not all(math.isfinite(v) for r in item.x for v in r):
+            raise FieldError(f"[{i}].x", "features must be finite")
+        src, dst = item.edge_index
+        if len(src) != len(dst):
+            raise FieldError(f"[{i}].edge_index", f"rows differ in length ({len(src)} vs {len(dst)})")
+        if len(src) > MAX_EDGES:
+            raise FieldError(f"[{i}].edge_index", f"at most {MAX_EDGES} edges")
+        for row, ids in (("0", src), ("1", dst)):
+            if ids and (min(ids) < 0 or max(ids) >= n):
+                raise FieldError(f"[{i}].edge_index[{row}]", f"node ids must lie in 0..{n - 1}")
+
+    def _one(self, item: Input) -> Output:
+        from methodlab.methods.graphrta.reprogram import GraphReprogram
+
+        x = torch.tensor(item.x, dtype=torch.float32)
+        ei = torch.tensor(item.edge_index, dtype=torch.long).reshape(2, -1)
+        ei = torch.cat([ei, ei.flip(0)], 1)
+        key = torch.unique(torch.minimum(ei[0], ei[1]) * len(x) + torch.maximum(ei[0], ei[1]))
+        key = key[key // len(x) != key % len(x)]
+        lo, hi = key // len(x), key % len(x)
+        ei = torch.stack([torch.cat([lo, hi]), torch.cat([hi, lo])])
+        cfg, steps = self.cfg, (self.cfg.serve_reprogram_steps if item.reprogram_steps is None else item.reprogram_steps)
+        flipped = 0
+        unknown_head = cfg.method != "source_threshold"
+        if item.reprogram and unknown_head and steps > 0:
+            rp = GraphReprogram(x, ei, budget_frac=cfg.edge_budget, nonedge_ratio=cfg.candidate_nonedge_ratio,
+                                lr_feat=cfg.lr_feat, lr_adj=cfg.lr_adj, gen=torch.Generator().manual_seed(item.seed),
+                                enabled=True)
+            bmm = self.bmm
+            for _ in range(steps):
+                _, u = rp.step(self.net, bmm.posterior, w_ent=cfg.w_ent, w_adv=cfg.w_adv, w_unk=cfg.w_unk,
+                               lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, binary=cfg.unk_loss == "binary",
+                               form=cfg.adv_form)
+                bmm = maths.BetaMixture().fit(u, cfg.bmm_iters) if len(u) >= 4 else bmm
+            x, ei, ew = rp.hard(cfg.edge_eval, cfg.flip_min_prob)
+            flipped = rp.n_flips(cfg.edge_eval, cfg.flip_min_prob)
+        else:
+            ew = None
+        with torch.no_grad():
+            _, logits = self.net(x, ei, ew)
+            probs = torch.nan_to_num(logits.softmax(-1), nan=0.0)
+        pred = probs.argmax(-1) if unknown_head else threshold_predict(probs, float(self.tau or 0.5))
+        return Output(pred=pred.tolist(), is_unknown=(pred == self.k).tolist(),
+                      probs=probs.tolist() if item.return_probs else None, unknown_class_index=self.k,
+                      n_flipped_edges=max(flipped, 0), method=cfg.method)
+
+    def __call__(self, inputs: list[Input]) -> list[Output]:
+        for i, item in enumerate(inputs):
+            self._check(i, item)
+        return [self._one(item) for item in inputs]

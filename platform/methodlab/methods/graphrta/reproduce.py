@@ -1,0 +1,189 @@
+"""`methodlab reproduce graphrta`: the spec's acceptance experiment. CSBM generator (main claim) and the
+WordNet two-view graph, 3 seeds, GraphRTA vs source-only K+1 GCN, the best-threshold baseline (optimistic: tau
+chosen on labelled target validation nodes) and the two ablations, every run through the method's own `fit`
+(jobs/graphrta/{csbm,wordnet}.yaml settings). Writes reports/graphrta.md (per seed + mean, PASS/FAIL per
+claim) and reports/graphrta.png. Metrics: target test nodes (the 80 % outside the validation split)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+SEEDS = (0, 1, 2)
+METHODS = ("graphrta", "source_only", "source_threshold", "no_model_rp", "no_graph_rp")
+SETTINGS = {
+    "csbm": dict(data="csbm", adapt_epochs=200, log_every=20, checkpoint_every=10_000),
+    # WordNet: 60 adaptation epochs, not 200: on the shared 2-core machine one 200-epoch WordNet run (f = 1,000)
+    # would take longer than the spec's 12-minute budget for all methods and seeds.
+    "wordnet": dict(data="wordnet", adapt_epochs=60, log_every=10, checkpoint_every=10_000),
+}
+KEYS = ("eval/h_score", "eval/acc_known", "eval/acc_unknown", "eval/acc")
+
+
+def run_one(job: dict) -> dict:
+    import torch
+
+    from methodlab.core import RunContext
+    from methodlab.methods.graphrta.config import Config
+    from methodlab.methods.graphrta.train import fit
+
+    torch.set_num_threads(1)
+    cfg = Config(**job["config"])
+    ctx = RunContext(quiet=True)
+    t0 = time.perf_counter()
+    final = fit(cfg, ctx)
+    curve = [(h["epoch"], h["eval/h_score"]) for h in ctx.history if h.get("phase") == 1]
+    return {"setting": job["setting"], "method": cfg.method, "seed": cfg.seed, "final": final, "curve": curve,
+            "wall_s": time.perf_counter() - t0, "job": job}
+
+
+def _jobs(settings, seeds, overrides):
+    jobs = []
+    for name in settings:
+        for s in seeds:
+            for m in METHODS:
+                jobs.append({"setting": name, "config": {**SETTINGS[name], **overrides.get(name, {}), "seed": s, "method": m}})
+    return jobs
+
+
+def _get(results, setting, method, key):
+    rs = sorted((r for r in results if r["setting"] == setting and r["method"] == method), key=lambda r: r["seed"])
+    return [r["final"][key] for r in rs]
+
+
+def _table(header, rows):
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
+def _pct(v):
+    return f"{100 * v:.1f}"
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, settings=("csbm", "wordnet"),
+         overrides: dict | None = None) -> str:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = SEEDS[:1] if quick else SEEDS
+    overrides = overrides or ({k: {"adapt_epochs": 40} for k in SETTINGS} if quick else {})
+    # Settings run one after the other (CSBM, the main claim, first); every finished fit is appended to a cache
+    # under results/, so an interrupted reproduction resumes with the fits it already has, and the report is
+    # rewritten after each setting (a partial report names the settings not run yet).
+    cache = Path(os.environ.get("METHODLAB_STORAGE", "results")) / "graphrta-reproduce" / ("quick.jsonl" if quick else "runs.jsonl")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    done = [json.loads(x) for x in cache.read_text().splitlines()] if cache.exists() else []
+    results, t0, path = [], time.perf_counter(), None
+    for k, name in enumerate(settings):
+        jobs = _jobs([name], seeds, overrides)
+        have = {(r["setting"], r["method"], r["seed"], json.dumps(r["job"], sort_keys=True)) for r in done}
+        todo = [j for j in jobs if (j["setting"], j["config"]["method"], j["config"]["seed"],
+                                    json.dumps(j, sort_keys=True)) not in have]
+        results += [r for r in done if r["setting"] == name and any(json.dumps(j, sort_keys=True) == json.dumps(r["job"], sort_keys=True) for j in jobs)]
+        todo.sort(key=lambda j: j["config"]["method"] in ("source_only", "source_threshold"))  # long fits first
+        with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+            for fut in as_completed([pool.submit(run_one, j) for j in todo]):
+                r = fut.result()
+                results.append(r)
+                with open(cache, "a") as fh:
+                    fh.write(json.dumps(r) + "\n")
+        path = _report(out, results, settings[:k + 1], settings[k + 1:], seeds, quick, workers, overrides,
+                       time.perf_counter() - t0)
+    return path
+
+
+def _report(out, results, settings, pending, seeds, quick, workers, overrides, wall):
+    claims, sections = [], []
+    for name in settings:
+        rows = []
+        for m in METHODS:
+            vals = {k: _get(results, name, m, k) for k in KEYS}
+            per_seed = " / ".join(_pct(v) for v in vals["eval/h_score"])
+            rows.append([m, per_seed, *[_pct(float(np.mean(vals[k]))) for k in KEYS]])
+        walls = {m: np.mean([r["wall_s"] for r in results if r["setting"] == name and r["method"] == m]) for m in METHODS}
+        sections.append(f"## {name}: target test nodes, % (seeds {list(seeds)})\n\n" + _table(
+            ["method", "H-score per seed", "H-score mean", "a_k (known, class-avg) mean", "a_u (unknown recall) mean",
+             "acc (K+1) mean"], rows) + "\n\nMean wall time per run (s): "
+            + ", ".join(f"{m} {walls[m]:.0f}" for m in METHODS))
+        collapsed = [f"{m} seed {r['seed']} (predicts unknown for {100 * r['final']['eval/pred_unknown_rate']:.0f} % of nodes)"
+                     for m in ("graphrta", "no_model_rp", "no_graph_rp") for r in results
+                     if r["setting"] == name and r["method"] == m and r["final"]["eval/acc_known"] < 0.2]
+        sections[-1] += ("\n\nCollapsed adaptation runs (a_k < 20 %): " + ("; ".join(collapsed) if collapsed else "none") + ".")
+        h = {m: float(np.mean(_get(results, name, m, "eval/h_score"))) for m in METHODS}
+        if name == "csbm":
+            ak = float(np.mean(_get(results, name, "graphrta", "eval/acc_known")))
+            au = float(np.mean(_get(results, name, "graphrta", "eval/acc_unknown")))
+            claims += [
+                ("CSBM: H(GraphRTA) >= H(source-only K+1) + 5", h["graphrta"] - h["source_only"], h["graphrta"] >= h["source_only"] + 0.05),
+                ("CSBM: H(GraphRTA) >= H(best-threshold) - 1", h["graphrta"] - h["source_threshold"], h["graphrta"] >= h["source_threshold"] - 0.01),
+                ("CSBM: a_k >= 50 and a_u >= 30 (no collapse)", min(ak - 0.5, au - 0.3), ak >= 0.5 and au >= 0.3),
+                ("CSBM: H(GraphRTA) >= H(w/o model RP) - 2", h["graphrta"] - h["no_model_rp"], h["graphrta"] >= h["no_model_rp"] - 0.02),
+                ("CSBM: H(GraphRTA) >= H(w/o graph RP) - 2", h["graphrta"] - h["no_graph_rp"], h["graphrta"] >= h["no_graph_rp"] - 0.02),
+            ]
+        if name == "wordnet":
+            claims.append(("WordNet: H(GraphRTA) >= H(source-only K+1) + 3", h["graphrta"] - h["source_only"],
+                           h["graphrta"] >= h["source_only"] + 0.03))
+    png = _plot(results, settings, out / "graphrta.png")
+    lines = ["# graphrta (GraphRTA) reproduction", "",
+             f"Seeds {list(seeds)}{' (QUICK: reduced)' if quick else ''}; {len(results)} fits on {workers} worker(s), "
+             f"wall time {wall / 60:.1f} min in this invocation (fits cached from an earlier one are reused; the fits "
+             f"themselves took {sum(r['wall_s'] for r in results) / 60:.0f} min summed over workers)."
+             + (f" NOT RUN (yet): {', '.join(pending)}." if pending else "") + " Every number is the output of the method's own `fit` "
+             "(jobs/graphrta/csbm.yaml, jobs/graphrta/wordnet.yaml; overrides: " + repr(overrides) + ").", "",
+             "## Claims (differences in H-score points)", "",
+             _table(["claim", "value (points)", "result"], [[c, f"{100 * v:+.1f}", "PASS" if ok else "FAIL"] for c, v, ok in claims]),
+             "", *[s + "\n" for s in sections],
+             "## Notes", "",
+             f"- Adaptation epochs: CSBM {SETTINGS['csbm']['adapt_epochs']}, WordNet {SETTINGS['wordnet']['adapt_epochs']} "
+             "(spec default 200: one 200-epoch WordNet run would not fit the 12-minute budget on the shared 2-core machine).",
+             "- best-threshold (`source_threshold`) chooses tau on the grid 0.05..0.95 on the labelled target "
+             "validation split (20 %, stratified): optimistic, GraphRTA never reads target labels.",
+             "- [I] choices that differ from the spec text, each a config field: `unk_loss=binary` (the one-sided "
+             "unknown CE collapses to all-unknown), `adv_form=grl2` (the encoder's reversed terms are the 2-way "
+             "{source, target-known} CE), `adapt_lr=3e-4` with a DANN ramp of the GRL coefficient.",
+             "- Failure mode seen in development (CSBM seed 0, 60 pre-training epochs, 100 adaptation epochs): L_cls + "
+             "L_ent alone adapt stably (H 0.64 -> 0.85); the BMM-weighted unknown supervision alone and the three-group "
+             "adversarial term alone each drift to predicting 'unknown' everywhere (self-reinforcing: more unknown -> "
+             "the BMM's unknown component grows -> larger w). At adaptation lr 1e-2 or 1e-3 every combination collapsed "
+             "within 100 epochs; lr 3e-4 delays but does not remove the drift (see the collapsed runs above).",
+             "- No official code could be read; the paper's citation / arxiv tables are not reproduced here.",
+             "", f"![H-score per method and adaptation curves]({png.name})", ""]
+    path = out / "graphrta.md"
+    path.write_text("\n".join(lines))
+    return str(path)
+
+
+def _plot(results, settings, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2 * len(settings), figsize=(7 * len(settings) * 2 // 2 + 2, 4.2))
+    ax = np.atleast_1d(ax)
+    for j, name in enumerate(settings):
+        a = ax[2 * j]
+        for i, m in enumerate(METHODS):
+            v = 100 * np.array(_get(results, name, m, "eval/h_score"))
+            a.bar(i, v.mean() if len(v) else 0, color=f"C{i}", alpha=0.7)
+            a.scatter([i] * len(v), v, c="k", s=10)
+        a.set_xticks(range(len(METHODS)), METHODS, rotation=30, fontsize=7)
+        a.set(title=f"{name}: target H-score (bars: mean, dots: seeds)", ylabel="H-score %")
+        b = ax[2 * j + 1]
+        for i, m in enumerate(("graphrta", "no_model_rp", "no_graph_rp")):
+            curves = [r["curve"] for r in results if r["setting"] == name and r["method"] == m and r["curve"]]
+            if curves:
+                n = min(len(c) for c in curves)
+                xs = [c[0] - curves[0][0][0] for c in curves[0][:n]]  # seeds stop pre-training at different epochs
+                b.plot(xs, 100 * np.mean([[c[1] for c in cv[:n]] for cv in curves], 0), label=m)
+        b.set(title=f"{name}: H-score during adaptation (mean of seeds)", xlabel="adaptation epoch",
+              ylabel="H-score %")
+        b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,218 @@
+"""graphrta fit, top to bottom (full batch): source pre-training with early stopping -> (threshold baseline:
+tau on the target val split) -> pruning masks -> adaptation epochs of (a) one model step on L,
+(b) one graph-reprogramming step, (c) BMM refit -> inference on the reprogrammed target graph.
+Checkpoints after pre-training and every `checkpoint_every` adaptation epochs; a resume continues there."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.methods.graphrta import maths
+from methodlab.methods.graphrta.config import Config
+from methodlab.methods.graphrta.data import build_pair
+from methodlab.methods.graphrta.evaluate import choose_tau, open_set_metrics, threshold_predict
+from methodlab.methods.graphrta.model import GraphRTANet
+from methodlab.methods.graphrta.reprogram import GraphReprogram
+
+SLUG = "graphrta"
+
+
+def build_net(cfg: Config, n_features: int, n_known: int) -> GraphRTANet:
+    return GraphRTANet(n_features, n_known, cfg.hidden, cfg.layers, cfg.dropout, cfg.backbone,
+                       unknown_head=cfg.method != "source_threshold", disc_hidden=cfg.disc_hidden)
+
+
+def grl_lambda(cfg, epoch: int) -> float:
+    if not cfg.grl_ramp or cfg.adapt_epochs == 0:
+        return cfg.grl_coeff
+    return cfg.grl_coeff * (2.0 / (1.0 + math.exp(-10.0 * epoch / cfg.adapt_epochs)) - 1.0)
+
+
+def full_loss(cfg, net, pair, rp, w_fn, gen, *, detach_graph=True, coeff=1.0):
+    """L = L_cls(source train) + unknown supervision + L_adv + L_ent on the current reprogrammed target."""
+    s, tr, k = pair.source, pair.src_train, pair.n_known
+    z_s, lo_s = net(s.x, s.edge_index)
+    x_hat, ei, ew = rp.soft(detach=detach_graph)
+    z_t, lo_t = net(x_hat, ei, ew)
+    u = lo_t.softmax(-1)[:, k].detach()
+    w = w_fn(u)
+    l_cls = maths.cls_loss(lo_s[tr], z_s[tr], s.y[tr], net.classifier, cfg.beta_ph, cfg.beta_mix, cfg.mix_lambda, gen)
+    l_unk = maths.unknown_loss(lo_t, w, cfg.unk_loss == "binary")
+    l_adv = maths.adv_loss(net.disc, z_s[tr], z_t, w, cfg.grl_split, coeff, cfg.adv_form)
+    l_ent = maths.entropy_loss(lo_t)
+    loss = l_cls + cfg.w_unk * l_unk + cfg.w_adv * l_adv + cfg.w_ent * l_ent
+    return loss, {"train/l_cls": float(l_cls.detach()), "train/l_unk": float(l_unk.detach()), "train/l_adv": float(l_adv.detach()),
+                  "train/l_ent": float(l_ent.detach())}, u
+
+
+def compute_prune(cfg, net, pair, rp, gen):
+    """Masks from |W * dL/dW| of the full objective at M = 1 (eval mode: a deterministic gradient)."""
+    for lin in net.encoder.masked():
+        lin.mask.fill_(1.0)
+    was = net.training
+    net.eval()
+    net.zero_grad(set_to_none=True)
+    loss, _, _ = full_loss(cfg, net, pair, rp, lambda u: u, gen)
+    loss.backward()
+    maths.prune_masks(net.encoder.masked(), cfg.effective_prune)
+    net.zero_grad(set_to_none=True)
+    net.train(was)
+
+
+@torch.no_grad()
+def predict(cfg, net, rp, pair, tau=None):
+    """Predictions on every target node: argmax over K+1 on the evaluated graph (raw for the baselines)."""
+    net.eval()
+    t = pair.target
+    if rp is not None and rp.enabled:
+        x, ei, ew = rp.hard(cfg.edge_eval, cfg.flip_min_prob)
+    elif rp is not None:
+        x, ei, ew = t.x + rp.delta_x.detach(), t.edge_index, None
+    else:
+        x, ei, ew = t.x, t.edge_index, None
+    _, logits = net(x, ei, ew)
+    probs = logits.softmax(-1)
+    net.train()
+    pred = threshold_predict(probs, tau) if tau is not None else probs.argmax(-1)
+    return pred, probs
+
+
+def _eval(cfg, net, rp, pair, tau=None) -> dict:
+    pred, _ = predict(cfg, net, rp, pair, tau)
+    idx = pair.tgt_test
+    return open_set_metrics(pred[idx].numpy(), pair.target.y[idx].numpy(), pair.n_known)
+
+
+def pretrain(cfg, net, opt, pair, gen, ctx, t0):
+    """Source-only training on L_cls (K+1 head with placeholder + mixup terms; plain CE for the K-way
+    threshold baseline), early stopping on source val accuracy, best weights restored."""
+    s, tr, va = pair.source, pair.src_train, pair.src_val
+    best, best_state, bad = -1.0, None, 0
+    epoch = 0
+    for epoch in range(1, cfg.pretrain_epochs + 1):
+        net.train()
+        z, lo = net(s.x, s.edge_index)
+        if cfg.method == "source_threshold":
+            loss = torch.nn.functional.cross_entropy(lo[tr], s.y[tr])
+        else:
+            loss = maths.cls_loss(lo[tr], z[tr], s.y[tr], net.classifier, cfg.beta_ph, cfg.beta_mix, cfg.mix_lambda, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            net.eval()
+            acc = float((net(s.x, s.edge_index)[1][va].argmax(-1) == s.y[va]).float().mean())
+        if acc > best:
+            best, bad = acc, 0
+            best_state = {k: v.clone() for k, v in net.state_dict().items()}
+        else:
+            bad += 1
+        if epoch % cfg.log_every == 0:
+            m = {"epoch": epoch, "phase": 0, "train/loss": float(loss.detach()), "src/val_acc": acc, "time/s": time.perf_counter() - t0}
+            m.update(_eval(cfg, net, None, pair) if cfg.method != "source_threshold" else
+                     {"eval/h_score": float("nan")})
+            ctx.report(m)
+        if bad >= cfg.patience:
+            break
+    if best_state is not None:
+        net.load_state_dict(best_state)
+    return epoch, best
+
+
+def fit(cfg: Config, ctx: RunContext) -> dict:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    if cfg.batching == "neighbor":
+        from methodlab.methods.graphrta.minibatch import fit_neighbor
+
+        return fit_neighbor(cfg, ctx)
+    t0 = time.perf_counter()
+    pair = build_pair(cfg)
+    k = pair.n_known
+    net = build_net(cfg, pair.source.x.shape[1], k)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    rp = None
+    if cfg.adapts:
+        rp = GraphReprogram(pair.target.x, pair.target.edge_index, budget_frac=cfg.edge_budget,
+                            nonedge_ratio=cfg.candidate_nonedge_ratio, lr_feat=cfg.lr_feat, lr_adj=cfg.lr_adj,
+                            gen=torch.Generator().manual_seed(cfg.seed + 2), enabled=cfg.graph_reprogramming)
+    bmm, info = maths.BetaMixture(), {"tau": None, "pre_epochs": 0, "src_val": 0.0, "val_h": None}
+    adapt_epoch = 0
+
+    if ctx.checkpoint is not None:  # resume at the saved adaptation epoch
+        ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
+        net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
+        opt.load_state_dict(ck.torch_state["opt"])
+        gen.set_state(ck.torch_state["gen"])
+        torch.set_rng_state(ck.torch_state["rng"])
+        if rp is not None:
+            rp.load(ck.weights, ck.torch_state.get("opt_g"))
+        bmm = maths.BetaMixture.from_state(ck.state["bmm"])
+        info = dict(ck.state["info"])
+        adapt_epoch = int(ck.state["adapt_epoch"])
+        ctx.history[:] = list(ck.extras.get("history", []))
+    else:
+        info["pre_epochs"], info["src_val"] = pretrain(cfg, net, opt, pair, gen, ctx, t0)
+        if cfg.method == "source_threshold":
+            _, probs = predict(cfg, net, None, pair)
+            info["tau"], info["val_h"] = choose_tau(probs, pair.target.y, pair.tgt_val)
+        if cfg.adapts:
+            if cfg.effective_prune > 0:
+                compute_prune(cfg, net, pair, rp, gen)
+            opt = torch.optim.Adam(net.parameters(), lr=cfg.adapt_lr or cfg.lr, weight_decay=cfg.weight_decay)
+            _, probs = predict(cfg, net, rp, pair)
+            bmm.fit(probs[:, k], cfg.bmm_iters)  # schedule step 2: BMM fitted before the first adaptation epoch
+
+    def writer(step, final):
+        def write(d: Path):
+            w = {f"net.{n}": v for n, v in net.state_dict().items()}
+            ts = {"opt": opt.state_dict(), "gen": gen.get_state(), "rng": torch.get_rng_state()}
+            if rp is not None:
+                w.update(rp.tensors())
+                ts["opt_g"] = rp.opt.state_dict()
+            save_checkpoint(d, method=SLUG, config=cfg, weights=w, torch_state=ts,
+                            state={"step": step, "adapt_epoch": adapt_epoch, "final": final, "bmm": bmm.state(),
+                                   "info": info, "n_features": int(pair.source.x.shape[1]), "n_known": k},
+                            extras={"history": ctx.history})
+        return write
+
+    base = info["pre_epochs"]
+    n_adapt = cfg.adapt_epochs if cfg.adapts else 0
+    if adapt_epoch == 0 and ctx.checkpoint is None:
+        m = {"epoch": base, "phase": 1, "time/s": time.perf_counter() - t0, "src/val_acc": info["src_val"]}
+        m.update(_eval(cfg, net, rp, pair, info["tau"]))
+        ctx.report(m, checkpoint=writer(base, n_adapt == 0))
+    while adapt_epoch < n_adapt:
+        adapt_epoch += 1
+        warm = adapt_epoch <= cfg.bmm_warmup
+        w_fn = (lambda u: u.clamp(maths.EPS_U, 1 - maths.EPS_U)) if warm else bmm.posterior
+        if cfg.mask_refresh and adapt_epoch % cfg.mask_refresh == 0 and cfg.effective_prune > 0:
+            compute_prune(cfg, net, pair, rp, gen)
+        net.train()
+        coeff = grl_lambda(cfg, adapt_epoch)
+        loss, parts, u = full_loss(cfg, net, pair, rp, w_fn, gen, coeff=coeff)  # (a) model step, graph fixed
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        net.encoder.apply_masks()
+        loss_g, u_g = rp.step(net, w_fn, w_ent=cfg.w_ent, w_adv=cfg.w_adv, w_unk=cfg.w_unk,  # (b) graph step
+                              lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, coeff=coeff, form=cfg.adv_form,
+                              binary=cfg.unk_loss == "binary")
+        bmm.fit(u_g if u_g is not None else u, cfg.bmm_iters)  # (c) refit on detached unknown probabilities
+        done = adapt_epoch == n_adapt
+        if adapt_epoch % cfg.log_every == 0 or done:
+            m = {"epoch": base + adapt_epoch, "phase": 1, "train/loss": float(loss.detach()), "train/loss_graph": loss_g,
+                 **parts, "bmm/mean_known": bmm.means()[0], "bmm/mean_unknown": bmm.means()[1],
+                 "rp/flips": rp.n_flips(cfg.edge_eval, cfg.flip_min_prob), "rp/p_sum": float(rp.p.detach().sum()),
+                 "rp/dx_norm": float(rp.delta_x.detach().norm()), "time/s": time.perf_counter() - t0}
+            m.update(_eval(cfg, net, rp, pair))
+            save = done or adapt_epoch % cfg.checkpoint_every == 0
+            ctx.report(m, checkpoint=writer(base + adapt_epoch, done) if save else None)
+    return ctx.history[-1]

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from methodlab.core import faults
 from methodlab.core.errors import CheckpointError
 
 CONFIG_FILE = "config.json"
@@ -80,17 +82,38 @@ def save_checkpoint(
         for name, value in (extras or {}).items():
             write_json(tmp / f"extra_{name}.json", value)
         _fsync_dir(tmp)
+        faults.on_checkpoint_write("before_rename", directory)  # no-op unless METHODLAB_FAULT_* is set
         if directory.exists():
-            old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
-            os.replace(directory, old)
-            os.replace(tmp, directory)
-            shutil.rmtree(old, ignore_errors=True)
+            if _exchange(tmp, directory):  # one atomic swap: `directory` is never missing
+                faults.on_checkpoint_write("mid_replace", directory)
+                shutil.rmtree(tmp, ignore_errors=True)  # now holds the old checkpoint
+            else:  # no renameat2: two renames; a crash between them leaves the old folder as `.old-*`
+                old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
+                os.replace(directory, old)
+                faults.on_checkpoint_write("mid_replace", directory)
+                os.replace(tmp, directory)
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
 def _fsync_dir(path: Path) -> None:
@@ -106,7 +129,7 @@ def read_config(directory: str | Path) -> dict:
     try:
         data = json.loads(path.read_text())
         return {"method": data["method"], "version": str(data.get("version", "1")), "config": data["config"]}
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError) as err:  # ValueError: bad JSON or bytes that are not UTF-8
         raise CheckpointError(f"{path}: corrupted ({err.__class__.__name__}: {err})") from None
 
 
@@ -123,26 +146,34 @@ def load_checkpoint(directory: str | Path, *, method: str | None = None, load_to
     try:
         weights = load_file(str(wpath))
     except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"{wpath}: unreadable or truncated ({err})") from None
+        raise CheckpointError(f"{wpath}: unreadable or truncated ({_first_line(err)})") from None
     spath = directory / STATE_FILE
     try:
         state = json.loads(spath.read_text()) if spath.exists() else {}
-    except json.JSONDecodeError as err:
+    except ValueError as err:  # bad JSON or bytes that are not UTF-8
         raise CheckpointError(f"{spath}: corrupted ({err})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{spath}: corrupted (a JSON object expected, got {type(state).__name__})")
     torch_state = None
     tpath = directory / TORCH_STATE_FILE
     if load_torch_state and tpath.exists():
         try:
             torch_state = torch.load(tpath, map_location="cpu", weights_only=True)
         except Exception as err:  # truncated zip, foreign pickle: never fall back to full unpickling
-            raise CheckpointError(f"{tpath}: unreadable ({err.__class__.__name__}: {err})") from None
+            # torch's own text spans lines and suggests weights_only=False: keep the first line only
+            raise CheckpointError(f"{tpath}: unreadable ({err.__class__.__name__}: {_first_line(err)})") from None
     extras = {}
     for f in sorted(directory.glob("extra_*.json")):
         try:
             extras[f.stem[len("extra_"):]] = json.loads(f.read_text())
-        except json.JSONDecodeError as err:
+        except ValueError as err:
             raise CheckpointError(f"{f}: corrupted ({err})") from None
     return LoadedCheckpoint(directory, head["method"], head["version"], head["config"], weights, state, torch_state, extras)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else err.__class__.__name__
 
 
 def latest_checkpoint(root: str | Path) -> Path | None:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from methodlab.core import faults
+
 CheckpointWriter = Callable[[Path], None]
 ReportFn = Callable[[dict, Optional[Path]], None]
 
@@ -33,6 +35,7 @@ class RunContext:
         return self.rank == 0
 
     def report(self, metrics: dict, checkpoint: CheckpointWriter | None = None) -> None:
+        faults.on_report(metrics, self.rank, len(self.history))  # no-op unless METHODLAB_FAULT_* is set
         clean = {k: _scalar(v) for k, v in metrics.items()}
         self.history.append(clean)
         tmp = None

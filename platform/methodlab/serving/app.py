@@ -123,7 +123,7 @@ class MethodDeployment:
             return error(413, f"body of {len(body)} bytes exceeds the limit of {limit}")
         try:
             payload = json.loads(body, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"{c} is not allowed")))
-        except (ValueError, UnicodeDecodeError) as err:
+        except (ValueError, UnicodeDecodeError, RecursionError) as err:  # RecursionError: "[[[[..." nested too deep
             return error(400, f"malformed JSON: {err}")
         single = not isinstance(payload, list)
         items = [payload] if single else payload

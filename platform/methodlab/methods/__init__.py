@@ -6,4 +6,8 @@ REGISTRY: dict[str, str] = {
     "grokking_flatness": "methodlab.methods.grokking_flatness:SPEC",
     "unirl": "methodlab.methods.unirl:SPEC",
     "hier_retrieval": "methodlab.methods.hier_retrieval:SPEC",
+    "ctsketch": "methodlab.methods.ctsketch:SPEC",
+    "graphrta": "methodlab.methods.graphrta:SPEC",
+    "gyroatt": "methodlab.methods.gyroatt:SPEC",
+    "cmcl": "methodlab.methods.cmcl:SPEC",
 }

@@ -10,12 +10,13 @@ APT_STAMP := $(VENV)/.methodlab-apt
 DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium
 PYTEST_ARGS ?=
 
-.PHONY: demo test install apt-data bench reliability clean-results help
+.PHONY: demo test install apt-data bench bench-full reliability clean-results help
 
 help:
 	@echo "make demo   - the main job: a Tune sweep of the grokking regularizers, results, a served model"
 	@echo "make test   - the whole test suite (unit, configs, methods, real Ray integration)"
 	@echo "make bench  - speed measurements into BENCHMARKS.md"
+	@echo "make reliability - fault injection and fuzzing (slow tests included) into RELIABILITY.md"
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,8 +52,20 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# make bench: every benchmarks/*.py (platform ones with --quick) in < 20 min on 2 cores; bench-full: full settings.
 bench: install
 	$(BIN)/python benchmarks/run_all.py
+
+bench-full: install
+	$(BIN)/python benchmarks/run_all.py --full
+
+# Every reliability test, slow ones included; RELIABILITY.md is rendered even when a test fails
+# (it then says which), and the target exits with pytest's status.
+RELIABILITY_JSON := results/reliability.json
+reliability: install
+	@rm -f $(RELIABILITY_JSON)
+	METHODLAB_RELIABILITY_SLOW=1 METHODLAB_RELIABILITY_JSON=$(RELIABILITY_JSON) $(BIN)/python -m pytest -q tests/reliability $(PYTEST_ARGS); \
+	rc=$$?; $(BIN)/python tests/reliability/render.py $(RELIABILITY_JSON) RELIABILITY.md || rc=1; exit $$rc
 
 clean-results:
 	rm -rf results

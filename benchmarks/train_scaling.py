@@ -1,0 +1,78 @@
+"""Data-parallel scaling of Ray Train on the grokking_flatness CPU preset: 1 worker vs 2 workers.
+
+Same model, same global batch (512: each of 2 ranks takes half of the same batch, DDP with gloo), one
+torch thread and one CPU per worker, runs through runners.train.run_train (the `methodlab run` path),
+1- and 2-worker runs alternated for `--rounds` rounds on one embedded local Ray. Samples/s = global batch x
+steady steps/s between the first measurement and the one before the last (measurements every 100 steps here, run on every
+rank over the full train + val sets as in fit(); they do not shrink with more workers). Peak RSS per Train
+worker is sampled. Goal: 2 workers >= 1.7x the samples/s of 1 worker.
+    .venv/bin/python benchmarks/train_scaling.py [--quick] [--steps 500] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BATCH = 512
+LOG_EVERY = 100
+
+
+def main() -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=None, help="Steps per run (default 500, --quick 300).")
+    ap.add_argument("--rounds", type=int, default=None, help="Alternating rounds (default 3, --quick 2).")
+    ap.add_argument("--quick", action="store_true", help="The `make bench` budget.")
+    args = ap.parse_args()
+    steps = args.steps or (300 if args.quick else 500)
+    rounds = args.rounds or (2 if args.quick else 3)
+    sys.path.insert(0, str(HERE))
+    from run_all import PeakRss, load_average, result, spread, write_result
+    from train_overhead import side_train, steady
+
+    from methodlab.runners.ray_session import init_ray
+
+    load0, t_all = load_average(), time.time()
+    storage = tempfile.mkdtemp(prefix="train-scaling-")
+    init_ray(None, num_cpus=2, quiet=True)
+    extra = [f"config.log_every={LOG_EVERY}", f"config.batch_size={BATCH}"]
+    res: dict[int, list[dict]] = {1: [], 2: []}
+    with PeakRss({"RayTrainWorker": "train worker"}) as rss:
+        for r in range(rounds):
+            for w in ((1, 2) if r % 2 == 0 else (2, 1)):
+                out = side_train(steps, storage, name=f"w{w}", workers=w, extra=extra)
+                out["rate"] = steady(out["points"], warmup=LOG_EVERY) * BATCH
+                res[w].append(out)
+                print(f"  round {r} workers {w}: {out['rate']:7.0f} samples/s  wall {out['wall']:5.1f} s", flush=True)
+    ratios = [res[2][i]["rate"] / res[1][i]["rate"] for i in range(rounds)]
+    rows = []
+    for w in (1, 2):
+        s = spread([x["rate"] for x in res[w]])
+        rows.append({"workers": w, "samples/s min": s["min"], "median": s["median"], "max": s["max"],
+                     "x 1 worker (median)": statistics.median(ratios) if w == 2 else 1.0,
+                     "wall s (median)": statistics.median(x["wall"] for x in res[w])})
+    peak = {k: round(v, 1) for k, v in rss.peak.items()}
+    ratio = statistics.median(ratios)
+    goals = [{"name": "2 workers / 1 worker samples/s (median of rounds)", "value": ratio, "goal": ">= 1.7",
+              "met": ratio >= 1.7}]
+    notes = (f"{steps} steps per run, global batch {BATCH}, measurement every {LOG_EVERY} steps, {rounds} rounds "
+             f"(order alternated); per-round ratios {', '.join(f'{x:.2f}' for x in ratios)}. Both workers share "
+             f"the machine's 2 cores with Ray's own processes and, on a shared box, other users' jobs. "
+             f"Peak RSS (MiB): {json.dumps(peak)}. Total wall {time.time() - t_all:.0f} s.")
+    out = result("train_scaling", "Platform: Ray Train data-parallel scaling, 1 vs 2 workers (issue 11.2)", rows,
+                 goals, notes, threads=1, load_at_start=load0)
+    out["peak_rss_mib"] = peak
+    write_result(out)
+    shutil.rmtree(storage, ignore_errors=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -131,7 +131,7 @@ def render() -> Path:
         r = json.loads(f.read_text())
         lines += [f"## {r.get('title', r.get('name', f.stem))}", "",
                   f"`{f.relative_to(ROOT)}` — {r.get('date', '?')}, {r.get('machine', '?')}, {r.get('versions', '')}", ""]
-        rows = r.get("rows") or []
+        rows = r.get("rows") or _rows_of_free_form(r)
         if rows and not all(isinstance(x, dict) for x in rows):  # a script with its own row shape: show it as is
             lines += ["```", json.dumps(rows, indent=1, default=str)[:4000], "```", ""]
             rows = []
@@ -157,6 +157,17 @@ def render() -> Path:
     out = ROOT / "BENCHMARKS.md"
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+def _rows_of_free_form(r: dict) -> list[dict]:
+    """A result file without `rows` (an older method benchmark): a dict-of-dicts value becomes one row per
+    key, and the scalar values one settings row, so nothing measured is left out of BENCHMARKS.md."""
+    rows = []
+    for key, value in r.items():
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            rows += [{key: name, **{k: v for k, v in sub.items() if not isinstance(v, (dict, list))}} for name, sub in value.items()]
+    scalars = {k: v for k, v in r.items() if isinstance(v, (int, float, str, bool)) and k not in ("title", "name", "date", "machine", "versions", "notes")}
+    return rows + ([scalars] if scalars else [])
 
 
 def _fmt(v) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import typer
@@ -10,7 +11,9 @@ from rich.console import Console
 
 from methodlab.core.errors import MethodlabError
 
-console = Console(stderr=False, soft_wrap=True)
+# Piped into a log file, rich would assume 80 columns and cut sweep tables to "tri…"; a log has no width.
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+console = Console(stderr=False, soft_wrap=True, width=_WIDTH)
 err_console = Console(stderr=True, soft_wrap=True)
 
 

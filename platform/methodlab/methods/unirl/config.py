@@ -35,7 +35,13 @@ class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/normalized_score_last3"
     mode: ClassVar[Literal["max", "min"]] = "max"
     # Smoke (spec): 300 offline steps on a 2k-transition random Pendulum dataset, small nets, 1 thread.
+    # train longer online (or evaluate more often) when resuming; anything else changes the experiment
+    resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"online_steps", "eval_every",
+                                                                                    "eval_episodes"}
+    # online_steps / start_steps too: a job's setting (online, offline_to_online) picks the regime, so the
+    # smoke preset must make every regime short, not only the offline one.
     smoke: ClassVar[dict] = {"regime": "offline", "dataset": "generate:random:2000", "max_steps": 300,
+                             "online_steps": 300, "start_steps": 100,
                              "hidden": [64, 64], "batch_size": 128, "eval_every": 100, "eval_episodes": 2,
                              "checkpoint_every": 300, "torch_threads": 1}
 

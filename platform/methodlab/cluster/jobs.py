@@ -48,6 +48,24 @@ def follow_up_commands(addr: str, submission_id: str) -> list[str]:
     return [f"{pre} ray job {verb} {submission_id}" for verb in ("logs --follow", "status", "stop")]
 
 
+def _submit_with_retry(c, *, wait_s: float = 90.0, **kw) -> str:
+    """A head that has just started answers 500 "No available agent to submit job" until its job agent has
+    registered (seconds on an idle machine, longer on a busy one): retry that answer only, then give up
+    with one clear line."""
+    deadline, delay = time.time() + wait_s, 1.0
+    while True:
+        try:
+            return c.submit_job(**kw)
+        except RuntimeError as err:
+            if "No available agent" not in str(err):
+                raise
+            if time.time() > deadline:
+                raise MethodlabError(f"the Ray head's job agent did not come up within {wait_s:.0f} s "
+                                     "(No available agent to submit job); try again when the head is ready") from None
+            time.sleep(delay)
+            delay = min(delay * 1.5, 5.0)
+
+
 def submit(job_path: str, overrides: list[str], *, address: str | None = None, working_dir: str = ".",
            submission_id: str | None = None, no_wait: bool = False, storage: str | None = None,
            runtime_env: dict | None = None, echo=print, timeout_s: float | None = None) -> dict:
@@ -62,8 +80,8 @@ def submit(job_path: str, overrides: list[str], *, address: str | None = None, w
     env.setdefault("working_dir", str(wd))
     env["excludes"] = sorted(set(env.get("excludes", [])) | set(WORKING_DIR_EXCLUDES))
     sid = submission_id or f"methodlab-{Path(job_path).stem}-{uuid.uuid4().hex[:8]}"
-    sid = c.submit_job(entrypoint=entrypoint_for(rel, overrides, storage), runtime_env=env, submission_id=sid,
-                       metadata={"methodlab_job": rel}, entrypoint_num_cpus=0)
+    sid = _submit_with_retry(c, entrypoint=entrypoint_for(rel, overrides, storage), runtime_env=env,
+                             submission_id=sid, metadata={"methodlab_job": rel}, entrypoint_num_cpus=0)
     echo(f"submitted {sid} to {addr}")
     for cmd in follow_up_commands(addr, sid):
         echo(f"  {cmd}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from methodlab.runners.ray_session import terminate_processes
 
 pytestmark = pytest.mark.ray
 
@@ -40,17 +41,7 @@ def head():
     for p in procs:
         for child in p.children(recursive=True):
             procs.append(child)
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=15)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    terminate_processes(procs, timeout=15)
     shutil.rmtree(temp, ignore_errors=True)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -60,18 +59,10 @@ def ray_procs(ray_tmp: str) -> list[psutil.Process]:
 
 def stop_ray(ray_tmp: str, timeout: float = 15) -> int:
     """Stop the processes of one subprocess's Ray (found by its temp dir); returns how many were left."""
+    from methodlab.runners.ray_session import terminate_processes
+
     procs = ray_procs(ray_tmp)
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    terminate_processes(procs, timeout=timeout)
     return len(procs)
 
 

@@ -55,21 +55,17 @@ def stop_pids(pids: list[int], timeout: float = 5.0) -> None:
     Stop the ones recorded at start-up (by pid, never by name) that are still alive."""
     import psutil
 
+    from methodlab.runners.ray_session import terminate_processes
+
     procs = []
     for pid in pids:
         try:
             p = psutil.Process(pid)
             if p.name().startswith("haproxy"):
-                p.terminate()
                 procs.append(p)
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    terminate_processes(procs, timeout=timeout)
 
 
 def deploy(apps: list[dict], host: str = "127.0.0.1", port: int = 8000, address: str | None = None,

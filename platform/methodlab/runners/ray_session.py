@@ -25,3 +25,21 @@ def shutdown_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def terminate_processes(procs: list, timeout: float = 15.0) -> None:
+    """SIGTERM every psutil.Process, wait up to `timeout`, SIGKILL the ones still alive. Processes that are
+    already gone are skipped (Ray's own children often exit while their parent is being stopped)."""
+    import psutil
+
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass

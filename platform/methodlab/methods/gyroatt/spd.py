@@ -11,6 +11,32 @@ import torch
 from methodlab.methods.gyroatt import linalg as la
 
 
+# LEM and LCM charts are flat: gyro addition, scaling and inverse are +, * and -, the geodesic distance is the
+# Frobenius one and the weighted Frechet mean is the weighted sum.
+def chart_add(a, b):
+    return a + b
+
+
+def chart_scal(t, a):
+    return t * a
+
+
+def chart_inverse(a):
+    return -a
+
+
+def chart_dist2(a, b):
+    """Pairwise squared geodesic distances: a [B, m, n, n], b [B, k, n, n] -> [B, m, k]."""
+    d = a.unsqueeze(-3) - b.unsqueeze(-4)
+    return (d * d).sum((-1, -2))
+
+
+def chart_wfm(a, w):
+    """Weighted Frechet mean for every row of w [B, m, k] over points a [B, k, n, n] (closed form)."""
+    return torch.einsum("bij,bjxy->bixy", w, a)
+
+
+
 class LEM:
     name = "lem"
 
@@ -20,23 +46,9 @@ class LEM:
     def decode(self, s):
         return la.expm(s)
 
-    def add(self, a, b):
-        return a + b
-
-    def scal(self, t, a):
-        return t * a
-
-    def inverse(self, a):
-        return -a
-
-    def dist2(self, a, b):
-        """Pairwise squared geodesic distances: a [B, m, n, n], b [B, k, n, n] -> [B, m, k]."""
-        d = a.unsqueeze(-3) - b.unsqueeze(-4)
-        return (d * d).sum((-1, -2))
-
-    def wfm(self, a, w):
-        """Weighted Frechet mean for every row of w [B, m, k] over points a [B, k, n, n] (closed form)."""
-        return torch.einsum("bij,bjxy->bixy", w, a)
+    # in this chart the gyro operations are the vector-space ones (shared with the other flat chart)
+    add, scal, inverse = staticmethod(chart_add), staticmethod(chart_scal), staticmethod(chart_inverse)
+    dist2, wfm = staticmethod(chart_dist2), staticmethod(chart_wfm)
 
     def hom(self, a, o):
         """h(X) = expm(O^T logm(X) O), O orthogonal (paper's LEM endomorphism)."""
@@ -72,21 +84,9 @@ class LCM:
         l = self.chol(z)
         return l @ l.transpose(-1, -2)
 
-    def add(self, a, b):
-        return a + b
-
-    def scal(self, t, a):
-        return t * a
-
-    def inverse(self, a):
-        return -a
-
-    def dist2(self, a, b):
-        d = a.unsqueeze(-3) - b.unsqueeze(-4)
-        return (d * d).sum((-1, -2))
-
-    def wfm(self, a, w):
-        return torch.einsum("bij,bjxy->bixy", w, a)
+    # in this chart the gyro operations are the vector-space ones (shared with the other flat chart)
+    add, scal, inverse = staticmethod(chart_add), staticmethod(chart_scal), staticmethod(chart_inverse)
+    dist2, wfm = staticmethod(chart_dist2), staticmethod(chart_wfm)
 
     def hom(self, a, o):
         """phi^-1(A(phi(X))), A(Z) = tril(O^T Z O): linear on lower-triangular matrices, hence a gyro

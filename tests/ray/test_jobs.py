@@ -32,8 +32,13 @@ def head():
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}  # the entrypoint finds this venv's methodlab
     env.pop("RAY_ADDRESS", None)
-    gcs, dash = _port(), _port()
+    # Every port of its own: another Ray on this machine (the suite's embedded session head, a user's run)
+    # already holds the fixed defaults, and a head whose dashboard agent cannot bind 52365 never accepts a job.
+    gcs, dash, agent, agent_grpc, metrics, rt_env, client_port = (_port() for _ in range(7))
     subprocess.run([str(bin_dir / "ray"), "start", "--head", f"--port={gcs}", f"--dashboard-port={dash}",
+                    f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+                    f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={rt_env}",
+                    f"--ray-client-server-port={client_port}",
                     "--dashboard-host=127.0.0.1", "--num-cpus=1", f"--temp-dir={temp}", "--disable-usage-stats"],
                    env=env, check=True, capture_output=True, timeout=120)
     yield f"http://127.0.0.1:{dash}", env

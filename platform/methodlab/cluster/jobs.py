@@ -61,7 +61,9 @@ def _submit_with_retry(c, *, wait_s: float = 90.0, **kw) -> str:
                 raise
             if time.time() > deadline:
                 raise MethodlabError(f"the Ray head's job agent did not come up within {wait_s:.0f} s "
-                                     "(No available agent to submit job); try again when the head is ready") from None
+                                     "(No available agent to submit job); try again when the head is ready. If another Ray "
+                                     "instance runs on the head's machine, its dashboard agent may hold port 52365: start "
+                                     "the head with --dashboard-agent-listen-port=<free port>") from None
             time.sleep(delay)
             delay = min(delay * 1.5, 5.0)
 

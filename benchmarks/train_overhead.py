@@ -31,7 +31,9 @@ HERE = Path(__file__).resolve().parent
 JOB = HERE.parent / "jobs/grokking_flatness/cpu.yaml"
 WARMUP_STEP = 50  # the first measurement: from here on the loop is warm
 FAST_PATH = (
-    "Proposed fix for (c)'s start-up (not applied: runners/*.py are being changed in another issue): in "
+    "Measured option for (c)'s start-up, not the platform default (`methodlab run` without --local stays a Ray "
+    "Train run: its worker-kill / max_failures behaviour is what tests/reliability checks, and --local already gives "
+    "the no-Ray path): in "
     "runners/train.run_train, when scaling is 1 worker without GPU and storage is a local path, run the local "
     "runner (runners/local.run_local, same run folder, metrics.jsonl, checkpoints and resume) inside one Ray task "
     "with num_cpus = cpus_per_worker, retried max_failures times (a retry resumes from the newest checkpoint), "

@@ -178,7 +178,12 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
         param_space={k: _dist(p) for k, p in space.params.items()},
         tune_config=tune.TuneConfig(metric=loaded_space.metric, mode=loaded_space.mode, num_samples=space.num_samples,
                                     max_concurrent_trials=space.max_concurrent_trials, search_alg=search_alg,
-                                    scheduler=scheduler),
+                                    scheduler=scheduler,
+                                    # a single-worker trial is a function in a 1-CPU actor: keep the actor (its
+                                    # imported Ray, Tune, torch and method) for the next trial instead of
+                                    # starting a process per trial (launch -> first report 3.5 s -> 0.04 s,
+                                    # benchmarks/tune_overhead.py). fit() seeds and builds everything per trial.
+                                    reuse_actors=not multi),
         run_config=run_config,
     )
 

@@ -79,6 +79,19 @@ def fit_sketch_only(cfg: Config, ctx: RunContext) -> dict:
     return m
 
 
+def _agree_across_ranks(flags: list[bool], ctx: RunContext) -> list[bool]:
+    """Each rank measures its own training time, so a time budget or a timed evaluation could fire on one rank
+    and not on another: a rank that stops alone leaves the others waiting in the gradient all-reduce, and a
+    report (a barrier in Ray Train) on one rank only hangs the run. Any rank's flag counts for all."""
+    if ctx.world_size == 1:
+        return flags
+    import torch.distributed as dist
+
+    t = torch.tensor([float(f) for f in flags])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [bool(x) for x in t]
+
+
 def fit(cfg: Config, ctx: RunContext) -> dict:
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
@@ -170,6 +183,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         loss_sum, loss_n = loss_sum + float(loss.detach()), loss_n + 1
         done = step >= bounds[-1][1] or (cfg.time_budget_s is not None and train_s >= cfg.time_budget_s)
         timed = cfg.eval_every_s is not None and train_s >= next_eval_t
+        done, timed = _agree_across_ranks([done, timed], ctx)
         evaluate_now = step % cfg.eval_every_steps == 0 or timed or done
         if not (evaluate_now or step % cfg.log_every == 0):
             continue

@@ -30,7 +30,8 @@ QUICK = {"train_overhead.py": ["--quick"], "train_scaling.py": ["--quick"], "tun
          "serve_load.py": ["--quick"],
          "graphrta_scale.py": ["--sizes", "full:1000,full:10000,full:100000,neighbor:100000", "--reps", "2"],
          "ctsketch_scaling.py": ["--reps", "3"], "gyroatt_ops.py": ["--reps", "10"],
-         "unirl_throughput.py": ["--repeats", "3"]}
+         "unirl_throughput.py": ["--repeats", "3"],
+         "mtpp_threshold_integration.py": ["--n", "500"]}  # 2,000 histories: 330 s of the budget for one ratio
 PLATFORM = ("train_overhead", "train_scaling", "tune_overhead", "serve_load")
 BUDGET_S = 20 * 60
 SCRIPT_TIMEOUT_S = int(os.environ.get("METHODLAB_BENCH_SCRIPT_TIMEOUT", 900))

@@ -13,6 +13,8 @@ def reproduce(
     out_dir: str = typer.Option("reports", help="Where <slug>.md and its plot go."),
     workers: int = typer.Option(2, help="Runs in parallel (processes)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer seeds/steps: a fast look, not the acceptance run."),
+    full: bool = typer.Option(False, "--full", help="Also the long claims a method runs only on request "
+                              "(ctsketch: Claim D, sum-1024 on MNIST, ~75 min more)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or per-run lines (errors still print)."),
 ) -> None:
     """Run the spec's acceptance experiment (method vs baselines, per seed) and write the report.
@@ -32,5 +34,13 @@ def reproduce(
         raise ConfigError(f"{slug} has no reproduction experiment yet")
     from methodlab.core.method import import_object
 
-    report = import_object(spec.reproduce)(out_dir=out_dir, workers=workers, quick=quick)
+    import inspect
+
+    run = import_object(spec.reproduce)
+    kwargs = {"out_dir": out_dir, "workers": workers, "quick": quick}
+    if full:
+        if "full" not in inspect.signature(run).parameters:
+            raise ConfigError(f"--full: {slug}'s reproduction has no long claims to add; drop --full")
+        kwargs["full"] = True
+    report = run(**kwargs)
     console.print(f"[bold green]report[/]: {report}")

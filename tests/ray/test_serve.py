@@ -151,3 +151,28 @@ def test_serve_run_with_rays_own_cli(smoke_root, tmp_path, repo):
             proc.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_deploy_leaves_the_replica_access_log_off(ray_cluster, smoke_root):
+    """`methodlab serve`'s deploy(): no access line per request in the replica's log (at 1,000s of requests a
+    second, Serve's default per-request line, streamed to the driver, cost the replica its throughput)."""
+    import ray
+    from ray import serve
+
+    from methodlab.cli.serve_cmd import deploy
+
+    run = smoke_run("grokking_flatness", smoke_root)
+    ckpt = latest_checkpoint(Path(run["run_dir"]) / "checkpoints")
+    # PORT: the session's Serve may already listen there (a running Serve keeps its first http_options)
+    url = deploy([{"name": "quietlog", "route_prefix": "/quietlog",
+                   "args": {"method": "grokking_flatness", "checkpoint": str(ckpt)}}], "127.0.0.1", PORT)[0]
+    try:
+        for _ in range(20):
+            assert httpx.post(url, json={"a": 3, "b": 4, "op": "+"}, timeout=30).status_code == 200
+        logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs" / "serve"
+        replica_logs = [f for f in logs.glob("replica_quietlog_*.log")]
+        assert replica_logs, sorted(p.name for p in logs.iterdir())
+        text = "".join(f.read_text() for f in replica_logs)
+        assert "POST /quietlog" not in text and " 200 " not in text, text[-2000:]
+    finally:
+        serve.delete("quietlog")

@@ -90,7 +90,10 @@ def deploy(apps: list[dict], host: str = "127.0.0.1", port: int = 8000, address:
     urls = []
     for app in apps:
         route = app.get("route_prefix") or f"/{app['name']}"
-        serve.run(build(app["args"]), name=app["name"], route_prefix=route)
+        # per application too: serve.start's logging_config reaches only Serve's own actors, and a replica left at
+        # the default logs (and streams to this driver) one access line per request: 1,000s of lines a second
+        serve.run(build(app["args"]), name=app["name"], route_prefix=route,
+                  logging_config={"enable_access_log": access_log})
         urls.append(f"http://{host}:{port}{route.rstrip('/')}/predict")
     return urls
 

@@ -146,9 +146,9 @@ def render() -> Path:
         if goals:
             lines += ["| goal | measured | target | met |", "|---|---|---|---|"]
             for g in goals:
-                lines.append(f"| {g['name']} | {_fmt(g['value'])} | {g['goal']} | {'yes' if g['met'] else 'NO'} |")
-                summary.append(f"| {r.get('name', f.stem)} | {g['name']} | {_fmt(g['value'])} | {g['goal']} | "
-                               f"{'yes' if g['met'] else 'NO'} |")
+                met = "-" if g["met"] is None else ("yes" if g["met"] else "NO")  # None: context, not a goal
+                lines.append(f"| {g['name']} | {_fmt(g['value'])} | {g['goal']} | {met} |")
+                summary.append(f"| {r.get('name', f.stem)} | {g['name']} | {_fmt(g['value'])} | {g['goal']} | {met} |")
             lines.append("")
         if r.get("notes"):
             lines += [r["notes"], ""]

@@ -21,6 +21,9 @@ from tests.reliability.helpers import (cli_env, fault_records, jsonl, methodlab,
 
 JOB = "jobs/grokking_flatness/cpu.yaml"
 STEPS = ["log_every=50", "checkpoint_every=50", "scaling.cpus_per_worker=1"]
+# Long enough that the driver is killed mid-run: with Train polling its workers every 0.2 s a 300-step smoke
+# run finished before the test saw its step-100 checkpoint and killed the driver.
+DRIVER_STEPS = 2000
 
 
 def _ckpt_history(run_dir: Path) -> list[int]:
@@ -56,7 +59,7 @@ def test_train_worker_killed_resumes_from_last_checkpoint(tmp_path, record):
 def test_train_driver_killed_then_rerun_same_name_resumes(tmp_path, record):
     tmp = ray_tmpdir()
     env = cli_env(tmp)
-    args = ["run", JOB, "--smoke", "max_steps=300", *STEPS, "--name", "drv", "--storage", str(tmp_path), "-q"]
+    args = ["run", JOB, "--smoke", f"max_steps={DRIVER_STEPS}", *STEPS, "--name", "drv", "--storage", str(tmp_path), "-q"]
     metrics = tmp_path / "drv" / "metrics.jsonl"
     proc = spawn(*args, env=env, log=tmp_path / "first.log")
     try:
@@ -83,7 +86,7 @@ def test_train_driver_killed_then_rerun_same_name_resumes(tmp_path, record):
         stop_ray(tmp2)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     after = [int(r["step"]) for r in jsonl(metrics)][len(before):]
-    missing = sorted(set(range(50, 301, 50)) - set(before) - set(after))
+    missing = sorted(set(range(50, DRIVER_STEPS + 1, 50)) - set(before) - set(after))
     restored = after[0] - 50 if after else None
     record.update(injected="SIGKILL of the `methodlab run` driver (Ray Train, 1 worker) after a checkpointed report",
                   times=1, survived=f"re-run of the same name resumed from step {restored} and finished at "
@@ -96,8 +99,8 @@ def test_train_driver_killed_then_rerun_same_name_resumes(tmp_path, record):
                            "metrics_rows_missing": missing})
     assert orphans == 0, "Ray processes outlived the killed driver"
     # resumed from a checkpoint (not step 0) and skipped nothing past the newest checkpoint on disk
-    assert after and 100 <= after[0] <= resume_step + 50 and after[-1] == 300, (before, after)
-    assert _ckpt_history(tmp_path / "drv") == list(range(50, 301, 50))
+    assert after and 100 <= after[0] <= resume_step + 50 and after[-1] == DRIVER_STEPS, (before, after)
+    assert _ckpt_history(tmp_path / "drv") == list(range(50, DRIVER_STEPS + 1, 50))
 
 
 def test_kill_inside_checkpoint_write_keeps_previous_checkpoint(tmp_path, record):

@@ -17,14 +17,15 @@ from tests.conftest import REPO
 from tests.reliability.helpers import cli_env, fault_records, jsonl, methodlab, ray_tmpdir, spawn, stop_ray, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+STEPS_KILLED = 1000
 
 
-def _space(tmp_path: Path, num_samples: int) -> Path:
+def _space(tmp_path: Path, num_samples: int, max_steps: int = 200) -> Path:
     from methodlab.methods.grokking_flatness.config import Config
 
     space = {"base_job": str(REPO / "jobs/grokking_flatness/cpu.yaml"), "num_samples": num_samples,
              "max_concurrent_trials": 1, "max_failures": 1, "trial_resources": {"cpu": 1, "torch_threads": 1},
-             "config": {**Config.smoke, "max_steps": 200, "log_every": 50, "checkpoint_every": 50},
+             "config": {**Config.smoke, "max_steps": max_steps, "log_every": 50, "checkpoint_every": 50},
              "search_alg": {"type": "optuna", "seed": 0}, "scheduler": {"type": "fifo"},
              "params": {"reg": {"choice": ["none", "collapse_encourage"]}, "lr": {"loguniform": [2e-3, 4e-3]}}}
     path = tmp_path / "space.yaml"
@@ -65,11 +66,13 @@ def test_trial_killed_once_is_retried_from_its_checkpoint(tmp_path, record):
 def test_killed_sweep_driver_finishes_with_tune_resume(tmp_path, record):
     tmp = ray_tmpdir()
     sweep = tmp_path / "store" / "sk"
-    proc = spawn("tune", str(_space(tmp_path, 3)), "--name", "sk", "--storage", str(tmp_path / "store"), "-q",
+    # 1,000 steps a trial: with actor reuse three 200-step trials finished in ~6 s, before a saved sweep state
+    # showed a finished trial, so the driver was never killed mid-sweep
+    proc = spawn("tune", str(_space(tmp_path, 3, STEPS_KILLED)), "--name", "sk", "--storage", str(tmp_path / "store"), "-q",
                  env=cli_env(tmp), log=tmp_path / "first.log")
 
     def one_finished_and_saved():
-        done = [n for n, rows in _trial_results(sweep).items() if rows and rows[-1].get("step") == 200]
+        done = [n for n, rows in _trial_results(sweep).items() if rows and rows[-1].get("step") == STEPS_KILLED]
         states = list(sweep.glob("experiment_state-*.json"))
         if done and states:
             t_done = max((sweep / n / "result.json").stat().st_mtime for n in done)
@@ -102,5 +105,5 @@ def test_killed_sweep_driver_finishes_with_tune_resume(tmp_path, record):
                   figures={"finished_before_kill": len(finished), "rows_before": before,
                            "rows_after": {n: len(v) for n, v in after.items()}})
     assert not repeated
-    assert len(table) == 3 and (table["status"] != "ERROR").all() and (table["final/step"] == 200).all()
-    assert all([int(x["step"]) for x in rows][-1] == 200 for rows in after.values())
+    assert len(table) == 3 and (table["status"] != "ERROR").all() and (table["final/step"] == STEPS_KILLED).all()
+    assert all([int(x["step"]) for x in rows][-1] == STEPS_KILLED for rows in after.values())

@@ -183,7 +183,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         loss_sum, loss_n = loss_sum + float(loss.detach()), loss_n + 1
         done = step >= bounds[-1][1] or (cfg.time_budget_s is not None and train_s >= cfg.time_budget_s)
         timed = cfg.eval_every_s is not None and train_s >= next_eval_t
-        done, timed = _agree_across_ranks([done, timed], ctx)
+        if cfg.time_budget_s is not None or cfg.eval_every_s is not None:  # step-only decisions agree already
+            done, timed = _agree_across_ranks([done, timed], ctx)
         evaluate_now = step % cfg.eval_every_steps == 0 or timed or done
         if not (evaluate_now or step % cfg.log_every == 0):
             continue

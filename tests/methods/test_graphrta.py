@@ -125,6 +125,28 @@ def test_beta_mixture_recovers_components():
     assert float(post[0]) < 0.1 and float(post[1]) < 0.1 and float(post[2]) > 0.9 and float(post[3]) > 0.9
 
 
+def test_equal_prior_posterior_is_the_likelihood_ratio():
+    """bmm_prior=equal: a point equally likely under both components gets w = 0.5 whatever the mixing weights
+    (the fitted prior 0.9 would give 0.9), and the fitted weights are left as they were."""
+    bmm = maths.BetaMixture()
+    bmm.alpha, bmm.beta, bmm.pi = [2.0, 8.0], [8.0, 2.0], [0.1, 0.9]
+    u = torch.tensor([0.5])
+    assert abs(float(bmm.posterior(u, equal_prior=True)[0]) - 0.5) < 1e-6
+    assert abs(float(bmm.posterior(u)[0]) - 0.9) < 1e-6
+    assert bmm.pi == [0.1, 0.9]
+
+
+def test_balanced_unknown_loss_is_not_outvoted_by_the_larger_group():
+    """unk_loss=balanced averages each side over its own soft mass: repeating the likely-unknown nodes 5 times
+    leaves it unchanged, while the 'binary' form (mean over all nodes) shifts towards the unknown side."""
+    torch.manual_seed(0)
+    logits, w = torch.randn(6, 4), torch.tensor([0.95, 0.9, 0.97, 0.05, 0.1, 0.02])
+    more = torch.cat([logits] + [logits[:3]] * 5), torch.cat([w] + [w[:3]] * 5)
+    bal, bal_more = maths.unknown_loss(logits, w, "balanced"), maths.unknown_loss(*more, "balanced")
+    assert abs(float(bal) - float(bal_more)) < 0.05 * abs(float(bal))
+    assert abs(float(maths.unknown_loss(logits, w, "binary")) - float(maths.unknown_loss(*more, "binary"))) > 0.1 * abs(float(bal))
+
+
 # --------------------------------------------------------------------------------------- (iv) GRL split
 @pytest.mark.parametrize("form", ["grl3", "grl2"])
 def test_grl_reverses_source_and_known_terms_only(form):

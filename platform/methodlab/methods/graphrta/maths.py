@@ -35,17 +35,19 @@ def cls_loss(logits, z, y, classifier, beta_ph=1.0, beta_mix=1.0, mix_lambda="be
     return loss
 
 
-def unknown_loss(logits_t, w, binary: bool = True):
-    """Soft unknown pseudo-labels. binary=False: (1/n_t) sum_i w_i CE(g(z_i), K) (spec form). binary=True [I]:
+def unknown_loss(logits_t, w, mode: str = "binary"):
+    """Soft unknown pseudo-labels. mode 'unknown_only': (1/n_t) sum_i w_i CE(g(z_i), K) (spec form). 'binary' [I]:
     + (1 - w_i) * (-log(1 - u_i)) as well, so likely-known nodes are pushed off the unknown logit; without this
     counter-term the one-sided loss feeds back (more unknown -> larger w) and collapses to all-unknown (measured)."""
     k = logits_t.shape[1] - 1
     logp = logits_t.log_softmax(-1)
     loss = -w * logp[:, k]
-    if binary:
-        log_not_unknown = torch.logsumexp(logp[:, :k], -1)
-        loss = loss - (1 - w) * log_not_unknown
-    return loss.mean()
+    if mode == "unknown_only":
+        return loss.mean()
+    known = -(1 - w) * torch.logsumexp(logp[:, :k], -1)
+    if mode == "balanced":  # each side averaged over its own soft mass: the larger group cannot outvote the smaller one
+        return 0.5 * (loss.sum() / w.sum().clamp_min(1e-6) + known.sum() / (1 - w).sum().clamp_min(1e-6))
+    return (loss + known).mean()
 
 
 def entropy_loss(logits_t):
@@ -136,10 +138,18 @@ class BetaMixture:
     def means(self):
         return [a / (a + b) for a, b in zip(self.alpha, self.beta)]
 
-    def posterior(self, u):
+    def posterior(self, u, equal_prior: bool = False):
+        """Responsibility of the unknown component. equal_prior [I]: with mixing weights 0.5/0.5 (the likelihood
+        ratio only), so a growing unknown share does not by itself raise every node's w."""
         u = u.detach().double().clamp(EPS_U, 1 - EPS_U)
         unk = int(self.means()[1] >= self.means()[0])
-        return self._resp(u)[:, unk].float()
+        if not equal_prior:
+            return self._resp(u)[:, unk].float()
+        pi, self.pi = self.pi, [0.5, 0.5]
+        try:
+            return self._resp(u)[:, unk].float()
+        finally:
+            self.pi = pi
 
     def state(self):
         return {"alpha": list(self.alpha), "beta": list(self.beta), "pi": list(self.pi)}

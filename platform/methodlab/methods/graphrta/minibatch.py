@@ -111,6 +111,15 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
             ctx.report({"epoch": 0, "step": step, "phase": 0, "train/loss": float(loss.detach()),
                         "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
 
+    def evaluate(x, ei) -> dict:  # full-graph layer-wise inference, metrics on the target test nodes
+        pred = full_inference(net, x, ei, torch.ones(ei.shape[1]), cfg.infer_chunk).argmax(-1)
+        return open_set_metrics(pred[pair.tgt_test].numpy(), t.y[pair.tgt_test].numpy(), k)
+
+    raw_ei = torch.cat([pairs[:, exists], pairs[:, exists].flip(0)], 1)
+    # the unadapted model on the raw target graph: the source-only reference of this very run
+    ctx.report({"epoch": 0, "step": cfg.pretrain_steps, "phase": 0, **evaluate(t.x, raw_ei),
+                "time/s": time.perf_counter() - t0})
+
     def tgt_batch(seeds):
         b = t_sampler.sample(seeds)
         c = b.e_id % m
@@ -152,10 +161,10 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
         zs, los = _forward(net, bsrc, bsrc.x, None)
         zt, lot = _forward(net, bt, t.x[bt.n_id] + delta_x[bt.n_id], t_weights(c, p[c]))
         u = lot.softmax(-1)[:, k].detach()
-        w = bmm.posterior(u)
+        w = bmm.posterior(u, cfg.bmm_prior == "equal")
         loss = (maths.cls_loss(los, zs, bsrc.y[:bsrc.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix,
                                cfg.mix_lambda, gen)
-                + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss == "binary")
+                + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss)
                 + cfg.w_adv * maths.adv_loss(net.disc, zs, zt, w, cfg.grl_split, coeff, cfg.adv_form)
                 + cfg.w_ent * maths.entropy_loss(lot))
         opt.zero_grad(set_to_none=True)
@@ -169,7 +178,7 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
             pv = p[c].clone().requires_grad_(True)
             zt, lot = _forward(net, bt, t.x[bt.n_id] + dx, t_weights(c, pv))
             lg = (cfg.w_ent * maths.entropy_loss(lot) + cfg.w_adv * maths.adv_target(net.disc, zt, w, cfg.grl_split, coeff, cfg.adv_form)
-                  + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss == "binary") + cfg.lambda_x * dx.pow(2).sum())
+                  + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss) + cfg.lambda_x * dx.pow(2).sum())
             gx, gp = torch.autograd.grad(lg, [dx, pv])
             adam_x.step(bt.n_id, gx)
             adam_p.step(c, gp)
@@ -180,14 +189,11 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
             bmm.fit(torch.cat(u_buf[-100:]), cfg.bmm_iters)
             u_buf = u_buf[-100:]
             ctx.report({"epoch": step / steps, "step": cfg.pretrain_steps + step, "phase": 1,
-                        "train/loss": float(loss.detach()), "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
+                        "train/loss": float(loss.detach()), "train/u_mean": float(torch.cat(u_buf).mean()),
+                        "bmm/mean_unknown": bmm.means()[1], "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
     flips = maths.hard_flips(p, budget, "topk", cfg.flip_min_prob) if graph_rp else torch.zeros(m, dtype=torch.bool)
     keep = exists ^ flips
-    ei = torch.cat([pairs[:, keep], pairs[:, keep].flip(0)], 1)
-    logits = full_inference(net, t.x + delta_x, ei, torch.ones(ei.shape[1]), cfg.infer_chunk)
-    pred = logits.argmax(-1)
-    idx = pair.tgt_test
-    metrics = open_set_metrics(pred[idx].numpy(), t.y[idx].numpy(), k)
+    metrics = evaluate(t.x + delta_x, torch.cat([pairs[:, keep], pairs[:, keep].flip(0)], 1))
     metrics.update({"epoch": cfg.adapt_epochs, "step": cfg.pretrain_steps + total, "phase": 1,
                     "rp/flips": int(flips.sum()), "time/s": time.perf_counter() - t0})
 

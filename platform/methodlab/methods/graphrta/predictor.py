@@ -105,8 +105,8 @@ class Predictor:
                                 enabled=True)
             bmm = self.bmm
             for _ in range(steps):
-                _, u = rp.step(self.net, bmm.posterior, w_ent=cfg.w_ent, w_adv=cfg.w_adv, w_unk=cfg.w_unk,
-                               lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, binary=cfg.unk_loss == "binary",
+                _, u = rp.step(self.net, lambda u_, b=bmm: b.posterior(u_, cfg.bmm_prior == "equal"), w_ent=cfg.w_ent, w_adv=cfg.w_adv, w_unk=cfg.w_unk,
+                               lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, unk_mode=cfg.unk_loss,
                                form=cfg.adv_form)
                 bmm = maths.BetaMixture().fit(u, cfg.bmm_iters) if len(u) >= 4 else bmm
             x, ei, ew = rp.hard(cfg.edge_eval, cfg.flip_min_prob)

@@ -47,7 +47,7 @@ class GraphReprogram:
     def n_flips(self, mode="topk", min_prob=0.5) -> int:
         return int(maths.hard_flips(self.p.detach(), self.budget, mode, min_prob).sum()) if mode != "soft" else -1
 
-    def step(self, net, posterior_fn, *, w_ent, w_adv, w_unk, lambda_x, grl_split, coeff=1.0, binary=True, form="grl2"):
+    def step(self, net, posterior_fn, *, w_ent, w_adv, w_unk, lambda_x, grl_split, coeff=1.0, unk_mode="binary", form="grl2"):
         """One reprogramming step with the model fixed: minimise L_ent + target L_adv + unknown supervision +
         lambda_x ||Delta X||_F^2 over (Delta X, p); returns (loss, detached unknown probabilities)."""
         if not self.enabled:
@@ -60,7 +60,7 @@ class GraphReprogram:
         u = logits.softmax(-1)[:, k].detach()
         w = posterior_fn(u)
         loss = (w_ent * maths.entropy_loss(logits) + w_adv * maths.adv_target(net.disc, z, w, grl_split, coeff, form)
-                + w_unk * maths.unknown_loss(logits, w, binary) + lambda_x * self.delta_x.pow(2).sum())
+                + w_unk * maths.unknown_loss(logits, w, unk_mode) + lambda_x * self.delta_x.pow(2).sum())
         gx, gp = torch.autograd.grad(loss, [self.delta_x, self.p])
         self.delta_x.grad, self.p.grad = gx, gp
         self.opt.step()

@@ -42,7 +42,7 @@ def full_loss(cfg, net, pair, rp, w_fn, gen, *, detach_graph=True, coeff=1.0):
     u = lo_t.softmax(-1)[:, k].detach()
     w = w_fn(u)
     l_cls = maths.cls_loss(lo_s[tr], z_s[tr], s.y[tr], net.classifier, cfg.beta_ph, cfg.beta_mix, cfg.mix_lambda, gen)
-    l_unk = maths.unknown_loss(lo_t, w, cfg.unk_loss == "binary")
+    l_unk = maths.unknown_loss(lo_t, w, cfg.unk_loss)
     l_adv = maths.adv_loss(net.disc, z_s[tr], z_t, w, cfg.grl_split, coeff, cfg.adv_form)
     l_ent = maths.entropy_loss(lo_t)
     loss = l_cls + cfg.w_unk * l_unk + cfg.w_adv * l_adv + cfg.w_ent * l_ent
@@ -192,7 +192,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     while adapt_epoch < n_adapt:
         adapt_epoch += 1
         warm = adapt_epoch <= cfg.bmm_warmup
-        w_fn = (lambda u: u.clamp(maths.EPS_U, 1 - maths.EPS_U)) if warm else bmm.posterior
+        w_fn = (lambda u: u.clamp(maths.EPS_U, 1 - maths.EPS_U)) if warm else (lambda u_: bmm.posterior(u_, cfg.bmm_prior == "equal"))
         if cfg.mask_refresh and adapt_epoch % cfg.mask_refresh == 0 and cfg.effective_prune > 0:
             compute_prune(cfg, net, pair, rp, gen)
         net.train()
@@ -204,7 +204,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         net.encoder.apply_masks()
         loss_g, u_g = rp.step(net, w_fn, w_ent=cfg.w_ent, w_adv=cfg.w_adv, w_unk=cfg.w_unk,  # (b) graph step
                               lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, coeff=coeff, form=cfg.adv_form,
-                              binary=cfg.unk_loss == "binary")
+                              unk_mode=cfg.unk_loss)
         bmm.fit(u_g if u_g is not None else u, cfg.bmm_iters)  # (c) refit on detached unknown probabilities
         done = adapt_epoch == n_adapt
         if adapt_epoch % cfg.log_every == 0 or done:

@@ -111,8 +111,9 @@ class BetaMixture:
     def _logpdf(u, a, b):
         return (a - 1) * torch.log(u) + (b - 1) * torch.log1p(-u) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
 
-    def _resp(self, u):
-        lp = torch.stack([math.log(max(self.pi[c], 1e-12)) + self._logpdf(u, self.alpha[c], self.beta[c]) for c in (0, 1)], 1)
+    def _resp(self, u, pi=None):
+        pi = self.pi if pi is None else pi
+        lp = torch.stack([math.log(max(pi[c], 1e-12)) + self._logpdf(u, self.alpha[c], self.beta[c]) for c in (0, 1)], 1)
         return lp.softmax(1)
 
     def fit(self, u, iters=20):
@@ -143,13 +144,7 @@ class BetaMixture:
         ratio only), so a growing unknown share does not by itself raise every node's w."""
         u = u.detach().double().clamp(EPS_U, 1 - EPS_U)
         unk = int(self.means()[1] >= self.means()[0])
-        if not equal_prior:
-            return self._resp(u)[:, unk].float()
-        pi, self.pi = self.pi, [0.5, 0.5]
-        try:
-            return self._resp(u)[:, unk].float()
-        finally:
-            self.pi = pi
+        return self._resp(u, [0.5, 0.5] if equal_prior else None)[:, unk].float()
 
     def state(self):
         return {"alpha": list(self.alpha), "beta": list(self.beta), "pi": list(self.pi)}

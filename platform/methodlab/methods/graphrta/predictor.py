@@ -103,10 +103,10 @@ class Predictor:
             rp = GraphReprogram(x, ei, budget_frac=cfg.edge_budget, nonedge_ratio=cfg.candidate_nonedge_ratio,
                                 lr_feat=cfg.lr_feat, lr_adj=cfg.lr_adj, gen=torch.Generator().manual_seed(item.seed),
                                 enabled=True)
-            bmm = self.bmm
+            bmm, equal = self.bmm, cfg.bmm_prior == "equal"
             for _ in range(steps):
-                _, u = rp.step(self.net, lambda u_, b=bmm: b.posterior(u_, cfg.bmm_prior == "equal"), w_ent=cfg.w_ent, w_adv=cfg.w_adv, w_unk=cfg.w_unk,
-                               lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, unk_mode=cfg.unk_loss,
+                _, u = rp.step(self.net, lambda u_, b=bmm: b.posterior(u_, equal), w_ent=cfg.w_ent, w_adv=cfg.w_adv,
+                               w_unk=cfg.w_unk, lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, unk_mode=cfg.unk_loss,
                                form=cfg.adv_form)
                 bmm = maths.BetaMixture().fit(u, cfg.bmm_iters) if len(u) >= 4 else bmm
             x, ei, ew = rp.hard(cfg.edge_eval, cfg.flip_min_prob)

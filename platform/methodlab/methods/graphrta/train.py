@@ -192,7 +192,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     while adapt_epoch < n_adapt:
         adapt_epoch += 1
         warm = adapt_epoch <= cfg.bmm_warmup
-        w_fn = (lambda u: u.clamp(maths.EPS_U, 1 - maths.EPS_U)) if warm else (lambda u_: bmm.posterior(u_, cfg.bmm_prior == "equal"))
+        equal = cfg.bmm_prior == "equal"
+        w_fn = (lambda u: u.clamp(maths.EPS_U, 1 - maths.EPS_U)) if warm else (lambda u: bmm.posterior(u, equal))
         if cfg.mask_refresh and adapt_epoch % cfg.mask_refresh == 0 and cfg.effective_prune > 0:
             compute_prune(cfg, net, pair, rp, gen)
         net.train()

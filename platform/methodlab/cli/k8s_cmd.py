@@ -31,7 +31,7 @@ def render(
 @friendly
 def validate(
     files: Optional[List[str]] = typer.Argument(None, help="Manifests (default k8s/*.yaml)."),
-    crds: Optional[str] = typer.Option(None, "--crds", help="Folder with the KubeRay CRD YAMLs (default ../shared/k8s-crds)."),
+    crds: Optional[str] = typer.Option(None, "--crds", help="Folder with the CRD YAMLs of your KubeRay install (default: the bundled KubeRay v1.7.0 CRDs)."),
 ) -> None:
     """Validate manifests against the KubeRay v1 CRD schemas and methodlab's rules.
 

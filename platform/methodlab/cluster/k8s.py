@@ -131,17 +131,15 @@ def render_all(repo: Path, out: Path | None = None) -> dict[str, str]:
     return files
 
 
+# KubeRay v1.7.0's CRDs ship inside the package (kuberay_crds/, Apache-2.0, NOTICE and SOURCE.txt beside
+# them), so validation works from any clone or install with nothing outside it.
+BUNDLED_CRDS = Path(__file__).resolve().parent / "kuberay_crds"
+
+
 def default_crds_dir() -> Path:
+    """METHODLAB_K8S_CRDS if set (a user's own KubeRay release), else the bundled v1.7.0 CRDs."""
     env = os.environ.get("METHODLAB_K8S_CRDS")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for parent in [Path.cwd(), *here.parents]:
-        cand = parent.parent / "shared" / "k8s-crds"
-        if cand.is_dir():
-            return cand
-    raise ConfigError("KubeRay CRDs not found: pass --crds DIR (the CRD YAMLs of your KubeRay install) "
-                      "or set METHODLAB_K8S_CRDS")
+    return Path(env) if env else BUNDLED_CRDS
 
 
 @lru_cache(maxsize=8)

@@ -113,3 +113,35 @@ def test_no_unsafe_loads_in_source(repo):
                 bad.append(f"{f}:{i}: {line.strip()}")
     assert not bad, "\n".join(bad)
     assert json  # json is the format everything else uses
+
+
+def _ckpt(path, step: int, value: float = 1.0):
+    return save_checkpoint(path, method="m", config={"a": 1}, weights={"w": torch.full((64,), value)},
+                           state={"step": step})
+
+
+def test_manifest_lists_every_file_and_a_flipped_byte_is_named(tmp_path):
+    d = _ckpt(tmp_path / "c", 3)
+    manifest = json.loads((d / "manifest.json").read_text())["files"]
+    assert set(manifest) == {p.name for p in d.iterdir()} - {"manifest.json"}
+    raw = bytearray((d / "weights.safetensors").read_bytes())
+    raw[-5] ^= 0x01  # inside a float: safetensors still parses it, only the checksum can tell
+    (d / "weights.safetensors").write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=r"weights\.safetensors: sha256 differs"):
+        load_checkpoint(d)
+
+
+def test_resume_falls_back_to_the_previous_good_checkpoint(tmp_path, capsys):
+    good = _ckpt(tmp_path / "run" / "checkpoint_1", 1)
+    bad = _ckpt(tmp_path / "run" / "checkpoint_2", 2)
+    assert latest_checkpoint(tmp_path / "run") == bad
+    state = json.loads((bad / "state.json").read_text())
+    (bad / "state.json").write_text(json.dumps({**state, "note": "edited"}))
+    assert latest_checkpoint(tmp_path / "run") == good
+    assert "state.json" in capsys.readouterr().err  # says which file and that it fell back
+
+
+def test_checkpoint_without_manifest_still_loads(tmp_path):
+    d = _ckpt(tmp_path / "old", 1)
+    (d / "manifest.json").unlink()  # written before manifests existed
+    assert load_checkpoint(d).state["step"] == 1

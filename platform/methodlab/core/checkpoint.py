@@ -2,10 +2,13 @@
 
 Nothing is unpickled: tensors come from safetensors, optimizer state from torch.load(weights_only=True),
 everything else is JSON. Writes are atomic: a sibling temp dir is filled, then renamed into place.
+The last file written is manifest.json (sha256 and size of every other file): loading verifies it, so a
+corrupted byte that still parses is caught and named, and resume skips to the previous good checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -22,6 +25,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.safetensors"
 TORCH_STATE_FILE = "torch_state.pt"
 STATE_FILE = "state.json"
+MANIFEST_FILE = "manifest.json"
 
 
 @dataclass
@@ -82,6 +86,7 @@ def save_checkpoint(
         for name, value in (extras or {}).items():
             write_json(tmp / f"extra_{name}.json", value)
         _fsync_dir(tmp)
+        write_manifest(tmp)  # last: a manifest present means every file it lists was complete
         faults.on_checkpoint_write("before_rename", directory)  # no-op unless METHODLAB_FAULT_* is set
         if directory.exists():
             if _exchange(tmp, directory):  # one atomic swap: `directory` is never missing
@@ -116,6 +121,49 @@ def _exchange(a: Path, b: Path) -> bool:
     return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: str | Path) -> Path:
+    """manifest.json: {"files": {relative path: {"sha256", "size"}}} for every file of the checkpoint."""
+    directory = Path(directory)
+    files = {str(f.relative_to(directory)): {"sha256": _sha256(f), "size": f.stat().st_size}
+             for f in sorted(directory.rglob("*")) if f.is_file() and f.name != MANIFEST_FILE}
+    path = directory / MANIFEST_FILE
+    write_json(path, {"algorithm": "sha256", "files": files})
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+    return path
+
+
+def verify_checkpoint(directory: str | Path) -> bool:
+    """Check every file against manifest.json; CheckpointError names the first that differs.
+    Returns False (and checks nothing) for a checkpoint written before manifests existed."""
+    directory = Path(directory)
+    mpath = directory / MANIFEST_FILE
+    if not mpath.exists():
+        return False
+    try:
+        files = json.loads(mpath.read_text())["files"]
+        items = [(str(k), int(v["size"]), str(v["sha256"])) for k, v in files.items()]
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{mpath}: corrupted ({err.__class__.__name__})") from None
+    for rel, size, digest in items:
+        f = directory / rel
+        if not f.is_file():
+            raise CheckpointError(f"{f}: missing (listed in {MANIFEST_FILE})")
+        if f.stat().st_size != size:
+            raise CheckpointError(f"{f}: size {f.stat().st_size} bytes, the manifest says {size} (truncated or overwritten)")
+        if _sha256(f) != digest:
+            raise CheckpointError(f"{f}: sha256 differs from {MANIFEST_FILE} (corrupted)")
+    return True
+
+
 def _fsync_dir(path: Path) -> None:
     for f in path.iterdir():
         with open(f, "rb") as fh:
@@ -140,6 +188,8 @@ def load_checkpoint(directory: str | Path, *, method: str | None = None, load_to
 
     directory = Path(directory)
     head = read_config(directory)
+    if not verify_checkpoint(directory):
+        _warn_once(f"{directory}: no {MANIFEST_FILE} (written before checksums); loading it unverified")
     if method is not None and head["method"] != method:
         raise CheckpointError(f"{directory}: checkpoint of method {head['method']!r}, expected {method!r}")
     wpath = directory / WEIGHTS_FILE
@@ -176,21 +226,35 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0][:300] if text else err.__class__.__name__
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
 def latest_checkpoint(root: str | Path) -> Path | None:
-    """Newest complete checkpoint directory under root (by state.json step, then name)."""
+    """Newest good checkpoint directory under root (by state.json step, then time). A checkpoint whose files
+    differ from its manifest is skipped with a warning naming the file: resume falls back to the one before."""
     root = Path(root)
     if not root.is_dir():
         return None
-    best, best_key = None, None
+    found = []
     for d in root.rglob(CONFIG_FILE):
         cdir = d.parent
         if any(p.startswith(".") for p in cdir.relative_to(root).parts):
             continue  # temp dirs of an interrupted write
         try:
-            step = json.loads((cdir / STATE_FILE).read_text()).get("step", -1)
-        except (OSError, json.JSONDecodeError):
+            step = float(json.loads((cdir / STATE_FILE).read_text()).get("step", -1))
+        except (OSError, ValueError, TypeError, AttributeError):  # unreadable state: not a candidate
             continue
-        key = (step, cdir.stat().st_mtime)
-        if best_key is None or key > best_key:
-            best, best_key = cdir, key
-    return best
+        found.append(((step, cdir.stat().st_mtime), cdir))
+    for _, cdir in sorted(found, key=lambda kv: kv[0], reverse=True):
+        try:
+            verify_checkpoint(cdir)
+            return cdir
+        except CheckpointError as err:
+            _warn_once(f"skipping corrupted checkpoint ({err}); falling back to the previous one")
+    return None

@@ -60,7 +60,7 @@ def worker_loop(payload: dict) -> None:
     resume = None
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
-        resume = Path(ckpt.to_directory())
+        resume = _verified_or_previous(Path(ckpt.to_directory()), Path(ckpt.path).parent)
     elif payload.get("resume_from"):
         resume = Path(payload["resume_from"])
 
@@ -71,6 +71,20 @@ def worker_loop(payload: dict) -> None:
                      seed=cfg.seed, checkpoint=resume, report_fn=report,
                      prepare_model_fn=ray.train.torch.prepare_model, prepare_loader_fn=ray.train.torch.prepare_data_loader)
     spec.fit_fn(payload.get("setting", "train"))(cfg, ctx)
+
+
+def _verified_or_previous(local: Path, run_dir: Path) -> Path | None:
+    """Ray restores its newest checkpoint; if its files differ from their manifest, resume from the newest
+    good one of the run instead (latest_checkpoint warns naming the bad file), or from scratch."""
+    from methodlab.core.checkpoint import verify_checkpoint
+    from methodlab.core.errors import CheckpointError
+
+    try:
+        verify_checkpoint(local)
+        return local
+    except CheckpointError as err:
+        print(f"warning: {err}; falling back to the previous good checkpoint", flush=True)
+        return latest_checkpoint(run_dir) if run_dir.is_dir() else None
 
 
 def build_trainer(loaded, name: str, storage: str, *, callbacks=(), resume_from: str | None = None,

@@ -68,6 +68,9 @@ def stop_pids(pids: list[int], timeout: float = 5.0) -> None:
     terminate_processes(procs, timeout=timeout)
 
 
+_OWN_RAY = False  # deploy() started the embedded Ray (not a cluster named by --address / RAY_ADDRESS)
+
+
 def deploy(apps: list[dict], host: str = "127.0.0.1", port: int = 8000, address: str | None = None,
            access_log: bool = False) -> list[str]:
     """Start Serve and deploy [{name, route_prefix, args}]; returns the predict URLs."""
@@ -79,8 +82,10 @@ def deploy(apps: list[dict], host: str = "127.0.0.1", port: int = 8000, address:
 
     for app in apps:  # fail on a missing checkpoint before Ray starts
         resolve_checkpoints(AppArgs.model_validate(app["args"]))
+    global _OWN_RAY
     if address is None and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized():
         local_serve_env()  # before Ray starts: its processes read these variables at start-up
+        _OWN_RAY = True
     from ray import serve
 
     from methodlab.runners.ray_session import init_ray
@@ -98,15 +103,23 @@ def deploy(apps: list[dict], host: str = "127.0.0.1", port: int = 8000, address:
     return urls
 
 
+STOP_BUDGET_S = 9.0  # Kubernetes and systemd send SIGKILL after their grace period (often 10 s): be done before
+
+
 def serve_until_stopped() -> None:
-    """Block until Ctrl-C or SIGTERM, then shut Serve and Ray down and stop a left-over HAProxy."""
+    """Block until Ctrl-C or SIGTERM, then stop within STOP_BUDGET_S: Serve first (its controller drains the
+    replicas), then Ray, then any process this one started that is still alive (Ray workers, an orphaned
+    HAProxy). A watchdog stops whatever is left if the graceful path overruns the budget."""
+    import threading
+
+    import psutil
     from ray import serve
 
-    from methodlab.runners.ray_session import shutdown_ray
+    from methodlab.runners.ray_session import shutdown_ray, terminate_processes
 
     pids = haproxy_pids()
 
-    def on_term(signum, frame):  # SIGTERM (kill, systemd, a test) takes the same clean path as Ctrl-C
+    def on_term(signum, frame):  # SIGTERM (kill, systemd, kubelet, a test) takes the same clean path as Ctrl-C
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
@@ -116,12 +129,34 @@ def serve_until_stopped() -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        family = psutil.Process().children(recursive=True)  # Ray's daemons, workers, HAProxy: all ours
         pids = sorted(set(pids + haproxy_pids()))
+        t0 = time.monotonic()
+
+        def watchdog():
+            console.print(f"[yellow]stop took over {STOP_BUDGET_S:.0f} s: stopping the remaining processes[/]")
+            terminate_processes([p for p in family if p.is_running()], timeout=0.5)
+            os._exit(1)
+
+        timer = threading.Timer(STOP_BUDGET_S, watchdog)
+        timer.daemon = True
+        timer.start()
         try:
-            serve.shutdown()
+            if _OWN_RAY:
+                # Drain and delete the applications, then stop Ray, which takes Serve's controller with it.
+                # serve.shutdown() here would leave its graceful_shutdown call pending on a controller that
+                # ends by being killed, which the raylet reports as a failed task on the console.
+                for name in list(serve.status().applications):
+                    serve.delete(name)
+            else:
+                serve.shutdown()  # a cluster's Serve: shut it down, leave the cluster running
         finally:
             shutdown_ray()
-            stop_pids(pids)
+            stop_pids(pids, timeout=2.0)
+            left = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            terminate_processes(left, timeout=max(0.5, STOP_BUDGET_S - 1 - (time.monotonic() - t0)))
+            timer.cancel()
 
 
 @friendly

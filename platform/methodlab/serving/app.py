@@ -159,6 +159,9 @@ def build(args: dict):
     deployment = serve.deployment(
         MethodDeployment, name=f"{parsed.method}", max_ongoing_requests=max(64, 2 * parsed.max_batch_size),
         ray_actor_options={"num_cpus": 1},
+        # requests take milliseconds: a replica being stopped drains in well under 2 s, and a stop (SIGTERM
+        # under Kubernetes / systemd) must finish inside their ~10 s grace period (Serve's default waits 20 s)
+        graceful_shutdown_timeout_s=2.0, graceful_shutdown_wait_loop_s=0.5,
     )
     return deployment.bind(parsed.model_dump(mode="json"), checkpoints)
 

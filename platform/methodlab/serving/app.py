@@ -7,6 +7,7 @@ out-of-domain fields 422 naming the field, unknown model id 404. Requests are ba
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -45,14 +46,26 @@ class MethodDeployment:
         self.predictor_cls = self.spec.predictor_cls()
         self.paths = dict(checkpoints)
         self.default_id = checkpoints[0][0]
-        self.input_adapter = TypeAdapter(self.predictor_cls.Input)
         self._default = self.predictor_cls.from_checkpoint(self.paths[self.default_id])
+        self._adapters = weakref.WeakKeyDictionary()  # predictor -> TypeAdapter; evicted models drop theirs
         self.predict_batch.set_max_batch_size(self.args.max_batch_size)
         self.predict_batch.set_batch_wait_timeout_s(self.args.batch_wait_timeout_s)
 
     @serve.multiplexed(max_num_models_per_replica=16)
     async def get_model(self, model_id: str):
         return self.predictor_cls.from_checkpoint(self.paths[model_id])
+
+    @staticmethod
+    def input_model(predictor):
+        """The Input type of the checkpoint a predictor serves (`input_model()`: its sizes, ranges and required
+        fields; a model or a union of models), or the method's generic Input when it has no specialised one."""
+        fn = getattr(predictor, "input_model", None)
+        return fn() if callable(fn) else type(predictor).Input
+
+    def _adapter(self, predictor) -> TypeAdapter:
+        if predictor not in self._adapters:
+            self._adapters[predictor] = TypeAdapter(self.input_model(predictor))
+        return self._adapters[predictor]
 
     async def _model(self, model_id: str):
         return self._default if model_id == self.default_id else await self.get_model(model_id)
@@ -104,7 +117,8 @@ class MethodDeployment:
         if action == "healthz":
             return JSONResponse({"status": "ok", "method": self.spec.slug, "models": list(self.paths)})
         if action == "schema":
-            return JSONResponse({"method": self.spec.slug, "input": self.predictor_cls.Input.model_json_schema(),
+            model = await self._model(serve.get_multiplexed_model_id() or self.default_id)
+            return JSONResponse({"method": self.spec.slug, "input": self._adapter(model).json_schema(),
                                  "output": self.predictor_cls.Output.model_json_schema(),
                                  "models": list(self.paths), "default_model": self.default_id,
                                  "max_items": self.args.max_items, "max_body_bytes": self.args.max_body_bytes})
@@ -131,16 +145,17 @@ class MethodDeployment:
             return error(422, "empty list: send one item or a non-empty list", "<body>")
         if len(items) > self.args.max_items:
             return error(413, f"{len(items)} items exceed max_items={self.args.max_items}", "<body>")
-        inputs = []
-        for i, item in enumerate(items):
-            try:
-                inputs.append(self.input_adapter.validate_python(item))
-            except ValidationError as err:
-                field, msg = pydantic_error(err, "" if single else f"[{i}].")
-                return error(422, msg, field)
         model_id = serve.get_multiplexed_model_id() or self.default_id
         if model_id not in self.paths:
             return error(404, f"unknown model id {model_id!r}; available: {list(self.paths)}", "serve_multiplexed_model_id")
+        adapter = self._adapter(await self._model(model_id))  # the served checkpoint's schema, as GET /schema shows
+        inputs = []
+        for i, item in enumerate(items):
+            try:
+                inputs.append(adapter.validate_python(item))
+            except ValidationError as err:
+                field, msg = pydantic_error(err, "" if single else f"[{i}].")
+                return error(422, msg, field)
         out = await self.predict_batch((model_id, inputs))
         if isinstance(out, FieldError):
             field = out.field.replace("[0].", "", 1) if single else out.field

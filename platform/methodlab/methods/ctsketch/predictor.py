@@ -9,7 +9,7 @@ import math
 from typing import Annotated, Literal, Union
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.methods.ctsketch.config import Config
@@ -57,6 +57,16 @@ class Predictor:
         pre = "best." if any(k.startswith("best.") for k in ck.weights) else "net."  # best-validation weights
         net.load_state_dict({k[len(pre):]: v for k, v in ck.weights.items() if k.startswith(pre)})
         return cls(cfg, net, side, f"ctsketch-{cfg.task}-N{cfg.N}-step{ck.state.get('step', 0)}")
+
+    def input_model(self) -> type[BaseModel]:
+        """This checkpoint's request: 1..N images of side x side pixels (flat), the program optional."""
+        s, n = self.side, max(1, int(self.cfg.N))
+        flat = Annotated[list[Pixel], Field(min_length=s * s, max_length=s * s)]
+        return create_model("Input", __config__=ConfigDict(extra="forbid"),
+                            __doc__=f"{s}x{s} images in [0, 1], flattened row-major; at most N = {n} per request "
+                                    "(the program's arity this checkpoint was trained for).",
+                            images=(list[flat], Field(..., min_length=1, max_length=n)),
+                            program=(Literal["sum", "max"] | None, Field(None, description="None: the checkpoint's task.")))
 
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.data.modular import Vocab, apply_op
@@ -43,6 +45,20 @@ class Predictor:
         model = build_model(cfg, Vocab(cfg.p).size if cfg.task == "modular" else None)
         model.load_state_dict(ck.weights)
         return cls(model, cfg, int(ck.state.get("step", 0)), ck.extras.get("history", []))
+
+    def input_model(self) -> type[BaseModel]:
+        """The request schema of this checkpoint: its task's fields required, its modulus and operation."""
+        strict = ConfigDict(extra="forbid")
+        if self.cfg.task == "digits":
+            return create_model("Input", __config__=strict, __doc__="An 8x8 digit: 64 grey levels in [0, 16].",
+                                pixels=(list[Annotated[float, Field(ge=0, le=16)]], Field(..., min_length=64, max_length=64)))
+        p, op = self.cfg.p, self.cfg.op
+        low_b = 1 if op == "/" else 0  # division by 0 is undefined
+        return create_model("Input", __config__=strict,
+                            __doc__=f"a {op} b (mod {p}): operands are residues mod {p}; the model was trained on {op!r} only.",
+                            a=(int, Field(..., ge=0, le=p - 1, description=f"Left operand, 0 <= a < {p}.")),
+                            b=(int, Field(..., ge=low_b, le=p - 1, description=f"Right operand, {low_b} <= b < {p}.")),
+                            op=(Literal[op], Field(op, description="The operation the model was trained on.")))
 
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:

@@ -9,7 +9,9 @@ import math
 from typing import Annotated
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.methods.gyroatt.config import Config
@@ -53,6 +55,24 @@ class Predictor:
         model.load_state_dict(best or {k: v for k, v in ck.weights.items() if not k.startswith(BEST)})
         version = f"{cfg.arch}-{cfg.geometry}-epoch{ck.state.get('best', {}).get('epoch', ck.state.get('epoch'))}"
         return cls(model, cfg, ck.state, version)
+
+    def input_model(self) -> type[BaseModel]:
+        """This checkpoint's request: trials of exactly its channels x samples, its sampling rate and montage."""
+        c, t = int(self.state["n_channels"]), int(self.state["n_samples"])
+        fs, names = self.state.get("sfreq"), self.state.get("ch_names")
+        channel = Annotated[list[Sample], Field(min_length=t, max_length=t)]
+        trial = Annotated[list[channel], Field(min_length=c, max_length=c)]
+        fields = {"trials": (list[trial], Field(..., min_length=1, max_length=64, description=f"[trials][{c}][{t}].")),
+                  "return_attention": (bool, Field(False, description="Also return the attention map of every trial."))}
+        if fs is not None:
+            fields["sfreq"] = (Literal[float(fs)] | None, Field(None, description=f"Must be {fs} Hz (the training rate)."))
+        if names:
+            # the order matters, which JSON Schema states as a const (the Predictor checks it: 422 otherwise)
+            fields["channel_names"] = (list[str] | None, Field(None, description=f"Must be {list(names)} in this order.",
+                                       json_schema_extra={"anyOf": [{"const": list(names)}, {"type": "null"}]}))
+        return create_model("Input", __config__=ConfigDict(extra="forbid"), __doc__=(
+            f"EEG trials of {c} channels x {t} samples at {fs} Hz; channel_names, if given, must be the training "
+            "montage in its order."), **fields)
 
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:

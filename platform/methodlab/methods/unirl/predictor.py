@@ -8,7 +8,9 @@ from typing import Annotated
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Union
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.methods.unirl.config import Config
@@ -56,6 +58,18 @@ class Predictor:
         learner = Learner(cfg, int(env["obs_dim"]), len(env["action_low"]))
         learner.load_weights(ck.weights)
         return cls(learner, cfg, env, f"unirl:{cfg.learner}:{cfg.env}:step{int(ck.state.get('step', 0))}")
+
+    def input_model(self):
+        """This checkpoint's request: one observation or a batch, each of exactly the env's observation dim."""
+        d, strict = self.obs_dim, ConfigDict(extra="forbid")
+        row = Annotated[list[ObsValue], Field(min_length=d, max_length=d)]
+        note = f"{self.cfg.env}: observations of dimension {d}; give `observation` or `observations`, not both."
+        det = (bool, Field(True, description="True: the mean action; False: a sample of the policy."))
+        one = create_model("OneObservation", __config__=strict, __doc__=note, observation=(row, Field(...)),
+                           observations=(None, None), deterministic=det)
+        many = create_model("ObservationBatch", __config__=strict, __doc__=note, observation=(None, None),
+                            observations=(list[row], Field(..., min_length=1, max_length=1024)), deterministic=det)
+        return Union[one, many]
 
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:

@@ -204,11 +204,13 @@ def legacy_output():
 
 
 def run_tune(loaded_space, name: str, storage: str, *, address: str | None = None, quiet: bool = False,
-             restore: bool = False) -> dict:
+             restore: bool = False, assume_shared_storage: bool = False) -> dict:
+    from methodlab.runners.paths import check_shared_storage
     from methodlab.runners.ray_session import init_ray
     from methodlab.runners.results import write_sweep_summary
 
     init_ray(address, quiet=quiet)
+    check_shared_storage(storage, assume_shared_storage)  # on a multi-node cluster, before any trial starts
     sweep_dir = Path(storage) / name
     sweep_dir.mkdir(parents=True, exist_ok=True)
     if not restore:
@@ -235,7 +237,8 @@ def run_tune(loaded_space, name: str, storage: str, *, address: str | None = Non
             "errors": int((table["status"] == "ERROR").sum()) if len(table) else 0}
 
 
-def resume_tune(sweep_dir: str | Path, *, address: str | None = None, quiet: bool = False) -> dict:
+def resume_tune(sweep_dir: str | Path, *, address: str | None = None, quiet: bool = False,
+                assume_shared_storage: bool = False) -> dict:
     """Finish an interrupted sweep from its folder alone: the search space and base job recorded at
     start are re-validated, then Tune restores its own state (finished trials are not repeated)."""
     from methodlab.core.errors import MethodlabError
@@ -247,4 +250,5 @@ def resume_tune(sweep_dir: str | Path, *, address: str | None = None, quiet: boo
         raise MethodlabError(f"{record_path}: not found; `tune resume` takes a folder written by `methodlab tune`")
     rec = yaml.safe_load(record_path.read_text())
     loaded = load_search_space(record_path, raw=rec["space"], base_raw=rec["base_job"])
-    return run_tune(loaded, rec["name"], rec["storage"], address=address, quiet=quiet, restore=True)
+    return run_tune(loaded, rec["name"], rec["storage"], address=address, quiet=quiet, restore=True,
+                    assume_shared_storage=assume_shared_storage)

@@ -98,9 +98,11 @@ def test_node_lost_mid_sweep(two_workers, tmp_path, record):
         t_last_report = Path(sweep / name / "result.json").stat().st_mtime
         node = next(w for w in cluster.workers if w.node_id == node_id)
         t_kill = cluster.remove_node(node)
-        last_step = [r["step"] for r in jsonl(sweep / name / "result.json")][-1]
-        resumed = wait_for(lambda: (len(jsonl(sweep / name / "result.json")) > before[name] and time.time()), 600,
-                           every=0.2, what="the lost trial to report again")
+        old_pid = before_rows[-1]["pid"]
+        # the retried trial's first report (a result the lost trial sent just before the loss may still land
+        # after it, written by the sweep's driver: rows of the old pid are not the recovery)
+        resumed = wait_for(lambda: [r for r in jsonl(sweep / name / "result.json") if r["pid"] != old_pid] and time.time(),
+                           600, every=0.2, what="the lost trial to report again")
         out = finish(proc, log, 900)
     finally:
         if proc.poll() is None:
@@ -112,25 +114,30 @@ def test_node_lost_mid_sweep(two_workers, tmp_path, record):
     where = cluster.node_of_pid()
     lost_rows = jsonl(sweep / name / "result.json")
     steps = [int(r["step"]) for r in lost_rows]
-    first_new = lost_rows[before[name]]
-    restored_from = int(first_new["step"]) - 50
+    old_rows = [r for r in lost_rows if r["pid"] == old_pid]
+    new_rows = [r for r in lost_rows if r["pid"] != old_pid]
+    last_step = int(old_rows[-1]["step"])  # the last step the lost trial reported (with its checkpoint)
+    restored_from = int(new_rows[0]["step"]) - 50
     rate = (before_rows[-1]["step"] - before_rows[0]["step"]) / max(1e-9, before_rows[-1]["time_total_s"] - before_rows[0]["time_total_s"])
-    unreported = min(50, round(rate * (t_kill - t_last_report)))  # trained after its last checkpoint, then lost
+    # trained after its last checkpoint, then lost: at most one report interval (50 steps); estimated from the rate
+    unreported = min(50, round(rate * max(0.0, t_kill - t_last_report))) if last_step == before_rows[-1]["step"] else None
     repeated = [n for n in finished if len(after[n]) != before[n]]
     hist_steps = {t: sorted(g["step"].astype(int)) for t, g in hist.groupby("trial_id")}
     full = list(range(50, STEPS + 1, 50))
-    nodes_after = sorted({where.get(r["pid"], "?")[:8] for r in lost_rows[before[name]:]})
+    nodes_after = sorted({where.get(r["pid"], "?")[:8] for r in new_rows})
     record.update(
         injected=f"worker node removed (raylet + all its processes killed, Cluster.remove_node) while trial {name.split('_')[2]} "
-                 f"ran on it at step {last_step} (3 trials of {STEPS} steps, 2 at a time, max_failures=1)",
+                 f"ran on it (step {int(before_rows[-1]['step'])} reported when the removal began; 3 trials of {STEPS} steps, 2 at a time, max_failures=1)",
         times=1,
         survived=f"{len(table)} trials TERMINATED ({int((table['status'] != 'TERMINATED').sum())} not); the lost trial "
                  f"resumed from its step-{restored_from} checkpoint on node {','.join(nodes_after)} (survivor: "
                  f"{cluster.workers[0].node_id[:8]}) {resumed - t_kill:.1f} s after the loss; history.parquet: every trial "
                  f"steps 50..{STEPS}, none missing or duplicated",
-        lost=f"steps recomputed: {last_step - restored_from} reported + ~{unreported} unreported (kill {t_kill - t_last_report:.1f} s "
-             f"after its step-{last_step} report at ~{rate:.0f} steps/s); finished trials repeated: {len(repeated)}",
-        figures={"recovery_s": round(resumed - t_kill, 1), "restored_from_step": restored_from, "killed_at_reported_step": last_step,
+        lost=f"steps recomputed: {last_step - restored_from} reported + the unreported ones since step {last_step} (<= 50"
+             + (f", ~{unreported}: loss {t_kill - t_last_report:.1f} s after that report at ~{rate:.0f} steps/s" if unreported is not None
+                else ": its step-" + str(last_step) + " result landed after the loss") + f"); finished trials repeated: {len(repeated)}",
+        figures={"recovery_s": round(resumed - t_kill, 1), "restored_from_step": restored_from,
+                 "killed_at_reported_step": int(before_rows[-1]["step"]), "last_reported_by_lost_trial": last_step,
                  "reported_steps_recomputed": last_step - restored_from, "unreported_steps_recomputed_est": unreported,
                  "trials_repeated": len(repeated), "finished_before_loss": len(finished),
                  "lost_trial_steps": steps, "rows_before": before, "rows_after": {n: len(v) for n, v in after.items()}})
@@ -209,19 +216,22 @@ def test_ddp_across_nodes_same_curve_and_node_loss(two_workers, tmp_path, record
     last_step = got[n_before - 1]  # the last step reported before the restart
     restored_from = got[n_before] - 50
     rate = (before[-1]["step"] - before[0]["step"]) / max(1e-9, before[-1]["_time"] - before[0]["_time"])
-    unreported = min(50, round(rate * (t_kill - t_last)))
+    # unreported steps since the last checkpoint: at most one report interval (50); estimated from the rate when the
+    # last report before the restart is the one seen at the loss, unknown otherwise
+    unreported = min(50, round(rate * max(0.0, t_kill - t_last))) if last_step == int(before[-1]["step"]) else None
     restarted = [a for a in _train_workers(cluster, seen) if a["pid"] not in {w["pid"] for w in workers}]
     survivor = cluster.workers[0].node_id
     summary = pd.read_parquet(tmp_path / "store" / "nodekill" / "summary.parquet")
     record.update(
         injected=f"worker node removed while a 2-worker Ray Train run (grokking_flatness DDP, placement SPREAD: one worker "
-                 f"per node) was at step {int(before[-1]['step'])} of {steps} (max_failures=1)",
+                 f"per node) had reported step {int(before[-1]['step'])} of {steps} (max_failures=1)",
         times=1,
         survived=f"Train restarted the group from the step-{restored_from} checkpoint on the remaining node "
                  f"({len({a['node'] for a in restarted})} node, {len(restarted)} workers) {t_rec - t_kill:.1f} s after the loss "
                  f"and finished at step {got[-1]}; 2 workers on 2 nodes vs 1 node: same loss curve (max rel. diff {diff:.1e})",
-        lost=f"steps recomputed: {last_step - restored_from} reported + ~{unreported} unreported (kill {t_kill - t_last:.1f} s after "
-             f"the step-{int(before[-1]['step'])} report at ~{rate:.0f} steps/s; last report before the restart: step {last_step})",
+        lost=f"steps recomputed: {last_step - restored_from} reported + the unreported ones since step {last_step} (<= 50"
+             + (f", ~{unreported}: loss {t_kill - t_last:.1f} s after that report at ~{rate:.0f} steps/s)" if unreported is not None
+                else f"; the surviving rank reported step {last_step} after the loss at step {int(before[-1]['step'])})"),
         figures={"recovery_s": round(t_rec - t_kill, 1), "restored_from_step": restored_from,
                  "killed_at_reported_step": int(before[-1]["step"]), "last_reported_before_restart": last_step,
                  "reported_steps_recomputed": last_step - restored_from, "unreported_steps_recomputed_est": unreported,
@@ -320,13 +330,18 @@ def test_serve_two_replicas_on_two_nodes_node_lost(two_workers, tmp_path, smoke_
             t_end = time.time()
         pre, during, after = load.answered(0, t_kill), load.answered(t_kill, t_rec), load.sent(t_rec, t_end)
         errs = lambda c: sum(n for s, n in c.items() if is_error(s))  # noqa: E731
+        with load._lock:
+            bad = [end for _, end, st in load.log if is_error(st) and end >= t_kill]
         record.update(injected="worker node removed under 4 client loops (<= 80 req/s) while a Serve app ran 2 replicas "
                                "(max_replicas_per_node=1) on the 2 worker nodes; the node was then replaced",
                       times=1, survived=f"2 replicas on 2 nodes again {t_rec - t_kill:.1f} s after the loss (new replica on the "
                                         f"new node); {errs(after)} errors in {sum(after.values())} requests after recovery",
-                      lost=f"{errs(during)} of {sum(during.values())} requests failed during recovery ({dict(during)})",
+                      lost=f"{errs(during)} of {sum(during.values())} requests failed during recovery ({dict(during)}), "
+                           f"the last {max(bad) - t_kill:.1f} s after the loss" if bad else
+                           f"0 of {sum(during.values())} requests failed during recovery",
                       figures={"before": dict(pre), "during": dict(during), "after": dict(after),
                                "recovery_s": round(t_rec - t_kill, 1),
+                               "last_error_after_loss_s": round(max(bad) - t_kill, 1) if bad else None,
                                "replica_nodes_before": sorted(a["node"][:8] for a in before),
                                "replica_nodes_after": sorted(a["node"][:8] for a in after_reps)})
         assert errs(pre) == 0 and sum(pre.values()) > 0

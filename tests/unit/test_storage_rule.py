@@ -67,3 +67,21 @@ def test_kuberay_manifests_mount_one_shared_results_volume():
             ep = spec["entrypoint"]
             assert f"--storage {RESULTS_PATH}" in ep and "--assume-shared-storage" in ep, f.name
     assert pods > 10
+
+
+def test_sweep_history_fills_a_step_lost_with_its_node(tmp_path):
+    """A result lost with its node (the retry resumed past it) comes back from the trial's own record; a step
+    reported twice (a retry from an older checkpoint) is kept once."""
+    import json
+
+    import pandas as pd
+
+    from methodlab.runners.results import _fill_lost_reports
+
+    tune_rows = pd.DataFrame({"step": [50, 100, 150, 250, 250], "loss": [5.0, 4.0, 3.0, 1.0, 1.0]})
+    own = tmp_path / "t1.jsonl"
+    own.write_text("".join(json.dumps({"step": s, "loss": 6.0 - s / 50}) + "\n" for s in (50, 100, 150, 200, 150, 200, 250)))
+    out = _fill_lost_reports(tune_rows, own)
+    assert list(out["step"]) == [50, 100, 150, 200, 250]
+    assert out.loc[out["step"] == 200, "loss"].item() == 2.0
+    assert _fill_lost_reports(tune_rows, tmp_path / "absent.jsonl") is tune_rows

@@ -80,8 +80,8 @@ def test_sweep_history_fills_a_step_lost_with_its_node(tmp_path):
 
     tune_rows = pd.DataFrame({"step": [50, 100, 150, 250, 250], "loss": [5.0, 4.0, 3.0, 1.0, 1.0]})
     own = tmp_path / "t1.jsonl"
-    own.write_text("".join(json.dumps({"step": s, "loss": 6.0 - s / 50}) + "\n" for s in (50, 100, 150, 200, 150, 200, 250)))
+    own.write_text("".join(json.dumps({"step": s, "loss": 6.0 - s / 50}) + "\n" for s in (50, 100, 150, 200, 150, 200, 250, 300)))
     out = _fill_lost_reports(tune_rows, own)
-    assert list(out["step"]) == [50, 100, 150, 200, 250]
+    assert list(out["step"]) == [50, 100, 150, 200, 250]  # 300: reported after Tune's last result, not a gap
     assert out.loc[out["step"] == 200, "loss"].item() == 2.0
     assert _fill_lost_reports(tune_rows, tmp_path / "absent.jsonl") is tune_rows

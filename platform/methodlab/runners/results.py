@@ -62,11 +62,14 @@ def write_run_summary(run_dir: Path, slug: str, cfg, final: dict, checkpoint: Pa
 
 def _fill_lost_reports(part: pd.DataFrame, reports: Path) -> pd.DataFrame:
     """Add the steps a trial reported (its own record, runners/tune.py REPORTS_DIR) that never reached Tune's
-    results (lost with a node), and keep one row per step."""
-    if "step" not in part or not reports.exists():
+    results (lost with a node), and keep one row per step. Only gaps: a report made after Tune had stopped the
+    trial (ASHA) is not part of its results."""
+    if "step" not in part or not reports.exists() or not part["step"].notna().any():
         return part
     seen = set(part["step"].dropna().astype(float))
-    extra = [_numeric(r) for r in read_history_jsonl(reports) if isinstance(r.get("step"), (int, float)) and float(r["step"]) not in seen]
+    last = max(seen)
+    extra = [_numeric(r) for r in read_history_jsonl(reports)
+             if isinstance(r.get("step"), (int, float)) and float(r["step"]) not in seen and float(r["step"]) < last]
     if extra:
         part = pd.concat([part, pd.DataFrame(extra)], ignore_index=True)
     return part.sort_values("step", kind="stable").drop_duplicates("step", keep="last").reset_index(drop=True)

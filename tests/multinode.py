@@ -4,7 +4,8 @@ the multi-node tests. The platform talks to it as to any cluster: the CLI in a s
 
 The head has no CPUs (as on KubeRay: `num-cpus: 0`), so trials, Train workers and replicas land on the
 worker nodes only. Everything lives under its own RAY_TMPDIR, so other Ray instances on the machine (other
-test sessions) are never touched, and `stop()` ends exactly the processes these nodes started."""
+test sessions) are never touched, and `stop()` ends exactly the processes these nodes started. Token
+authentication is on, as for `ray.init()` and `ray start`."""
 
 from __future__ import annotations
 
@@ -46,8 +47,15 @@ class MultiNode:
     """Head (0 CPUs, dashboard on 127.0.0.1) + `workers` worker nodes of `cpus` CPUs each."""
 
     def __init__(self, workers: int = 2, cpus: int = 1):
+        from ray._private.authentication.authentication_token_setup import (
+            enable_token_auth_by_default, ensure_token_if_auth_enabled)
         from ray.cluster_utils import Cluster
 
+        # Token auth as on any local Ray (what `ray.init()` does for a new local cluster: RAY_AUTH_MODE=token in
+        # this process, inherited by the nodes and the CLI subprocesses, and ~/.ray/auth_token created if
+        # missing); an explicit RAY_AUTH_MODE is respected.
+        enable_token_auth_by_default()
+        ensure_token_if_auth_enabled(None, create_token_if_missing=True)
         self.tmp = tempfile.mkdtemp(prefix="mlmn", dir="/tmp")  # short: Ray's unix sockets live under it
         self.cpus = cpus
         os.makedirs(os.path.join(self.tmp, "ray"))

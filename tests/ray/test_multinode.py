@@ -81,3 +81,13 @@ def test_sweep_runs_on_both_worker_nodes(cluster, tmp_path):
     used = set().union(*nodes.values())
     assert used == workers, (nodes, workers, cluster.head_id)
     print(json.dumps({"seconds": round(time.time() - t0, 1), "nodes": {k: sorted(v) for k, v in nodes.items()}}))
+
+
+def test_the_multi_node_cluster_keeps_token_auth(cluster):
+    import httpx
+
+    from methodlab.cluster.jobs import read_token
+
+    assert httpx.get(f"{cluster.dashboard}/api/jobs/", timeout=30).status_code == 401
+    ok = httpx.get(f"{cluster.dashboard}/api/jobs/", headers={"Authorization": f"Bearer {read_token()}"}, timeout=30)
+    assert ok.status_code == 200

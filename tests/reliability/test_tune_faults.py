@@ -72,13 +72,24 @@ def test_killed_sweep_driver_finishes_with_tune_resume(tmp_path, record):
                  env=cli_env(tmp), log=tmp_path / "first.log")
 
     def one_finished_and_saved():
-        done = [n for n, rows in _trial_results(sweep).items() if rows and rows[-1].get("step") == STEPS_KILLED]
-        states = list(sweep.glob("experiment_state-*.json"))
-        if done and states:
-            t_done = max((sweep / n / "result.json").stat().st_mtime for n in done)
-            if max(s.stat().st_mtime for s in states) > t_done:  # Tune's own state knows it finished
-                return done
-        return None
+        """Trials TERMINATED in Tune's saved sweep state, with their rows there. (The driver writes trial files in a
+        staging folder and syncs them to the storage with each state snapshot and at the end, so comparing file
+        times missed the window when three trials took ~15 s: the final sync touches every result.json last.)"""
+        if proc.poll() is not None:
+            raise AssertionError(f"the sweep ended (rc {proc.returncode}) before a finished trial was seen in its saved state")
+        states = sorted(sweep.glob("experiment_state-*.json"), key=lambda p: p.stat().st_mtime)
+        try:
+            data = json.loads(states[-1].read_text()) if states else {}
+        except (OSError, ValueError):  # being written
+            return None
+        ids = set()
+        for item in data.get("trial_data", []):
+            state = json.loads(item[0]) if isinstance(item[0], str) else item[0]
+            if state.get("status") == "TERMINATED":
+                ids.add(state.get("trial_id"))
+        done = [n for n, rows in _trial_results(sweep).items()
+                if n.split("_")[2] in ids and rows and rows[-1].get("step") == STEPS_KILLED]
+        return done or None
 
     try:
         finished = wait_for(one_finished_and_saved, 600, what="a finished trial in the saved sweep state")

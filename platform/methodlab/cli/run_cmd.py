@@ -18,6 +18,8 @@ def run(
     name: Optional[str] = typer.Option(None, help="Run name (default <method>-<preset>); same name resumes."),
     storage: Optional[str] = typer.Option(None, help="Storage path or URI (default METHODLAB_STORAGE or ./results)."),
     address: Optional[str] = typer.Option(None, envvar="RAY_ADDRESS", help="Ray cluster address (default: embedded)."),
+    assume_shared_storage: bool = typer.Option(False, "--assume-shared-storage", envvar="METHODLAB_ASSUME_SHARED_STORAGE",
+                                               help="The storage path is a mount every node sees (NFS-style): skip the multi-node check."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard an existing run of this name instead of resuming."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
@@ -41,7 +43,7 @@ def run(
             shutil.rmtree(Path(store) / run_name)
         from methodlab.runners.train import run_train
 
-        out = run_train(loaded, run_name, store, address=address, quiet=quiet)
+        out = run_train(loaded, run_name, store, address=address, quiet=quiet, assume_shared_storage=assume_shared_storage)
     metric = type(loaded.config).primary_metric
     console.print(f"[bold green]done[/] {run_name}: {metric} = {out['metrics'].get(metric)}")
     console.print(f"run folder: {out['run_dir']}   (methodlab results {out['run_dir']})")

@@ -19,6 +19,8 @@ def submit(
     no_wait: bool = typer.Option(False, "--no-wait", help="Return after submission."),
     storage: Optional[str] = typer.Option(None, help="Where the job writes results (default: ./results here for a local head)."),
     smoke: bool = typer.Option(False, "--smoke", help="Forwarded to `methodlab run`."),
+    assume_shared_storage: bool = typer.Option(False, "--assume-shared-storage",
+                                               help="Forwarded: --storage is a mount every node of the cluster sees."),
     local: bool = typer.Option(False, "--local", help="Forwarded: the job's driver runs fit in-process (no Train group)."),
 ) -> None:
     """Submit a job to a Ray cluster (token auth: RAY_AUTH_TOKEN or ~/.ray/auth_token).
@@ -36,7 +38,8 @@ def submit(
     host = urlparse(addr).hostname
     if storage is None and host in ("127.0.0.1", "localhost"):
         storage = resolve_storage(loaded.job.run.storage_path)
-    flags = (["--smoke"] if smoke else []) + (["--local"] if local else [])
+    flags = (["--smoke"] if smoke else []) + (["--local"] if local else []) + \
+        (["--assume-shared-storage"] if assume_shared_storage else [])
     out = do_submit(job_file, [*(overrides or []), *flags], address=address, working_dir=working_dir, submission_id=submission_id,
                     no_wait=no_wait, storage=storage, runtime_env=loaded.job.runtime_env, echo=console.print)
     if out["status"] and out["status"] != "SUCCEEDED" and not no_wait:

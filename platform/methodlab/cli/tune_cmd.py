@@ -26,8 +26,10 @@ def tune_run(
     space_file: str = typer.Argument(..., help="search_spaces/<method>/<name>.yaml"),
     overrides: Optional[List[str]] = typer.Argument(None, help="key=value on the search-space file (config.x=... for trials)"),
     name: Optional[str] = typer.Option(None, help="Sweep folder name (default <method>-<space>)."),
-    storage: Optional[str] = typer.Option(None),
+    storage: Optional[str] = typer.Option(None, help="Storage path or URI; on a multi-node cluster one every node reaches."),
     address: Optional[str] = typer.Option(None, envvar="RAY_ADDRESS"),
+    assume_shared_storage: bool = typer.Option(False, "--assume-shared-storage", envvar="METHODLAB_ASSUME_SHARED_STORAGE",
+                                               help="The storage path is a mount every node sees (NFS-style): skip the multi-node check."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Start a sweep (also reachable as `methodlab tune SPACE.yaml`)."""
@@ -37,7 +39,8 @@ def tune_run(
 
     loaded = load_search_space(space_file, overrides or [])
     sweep = name or loaded.space.name or f"{loaded.base.job.method}-{loaded.path.stem}"
-    out = run_tune(loaded, sweep, resolve_storage(loaded.space.storage_path, storage), address=address, quiet=quiet)
+    out = run_tune(loaded, sweep, resolve_storage(loaded.space.storage_path, storage), address=address, quiet=quiet,
+                   assume_shared_storage=assume_shared_storage)
     print_outcome(out)
 
 
@@ -46,9 +49,11 @@ def tune_run(
 def tune_resume(
     sweep_dir: str = typer.Argument(..., help="A folder written by `methodlab tune`."),
     address: Optional[str] = typer.Option(None, envvar="RAY_ADDRESS"),
+    assume_shared_storage: bool = typer.Option(False, "--assume-shared-storage", envvar="METHODLAB_ASSUME_SHARED_STORAGE",
+                                               help="The storage path is a mount every node sees (NFS-style): skip the multi-node check."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Finish an interrupted sweep: errored and unfinished trials continue from their checkpoints."""
     from methodlab.runners.tune import resume_tune
 
-    print_outcome(resume_tune(sweep_dir, address=address, quiet=quiet))
+    print_outcome(resume_tune(sweep_dir, address=address, quiet=quiet, assume_shared_storage=assume_shared_storage))

@@ -20,6 +20,13 @@ NAMESPACE_NOTE = "# Rendered by `methodlab k8s render`; do not edit by hand (a t
 KIND_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml", "RayService": "ray.io_rayservices.yaml"}
 UPGRADE_TYPES = ("NewCluster", "NewClusterWithIncrementalUpgrade", "None")
 
+# The storage rule (README, "Submit to a Ray cluster"): a run on more than one node writes to a storage every
+# node reaches. Here: one ReadWriteMany PersistentVolumeClaim (NFS, EFS, Filestore, CephFS...) mounted at the
+# same path in the head and every worker; the RayJob entrypoint says so with --assume-shared-storage. An object
+# store instead: `--storage s3://bucket/prefix` in the entrypoint (no flag needed for a URI).
+RESULTS_CLAIM = "methodlab-results"
+RESULTS_PATH = "/home/ray/results"
+
 SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -30,12 +37,14 @@ def _container(name: str, cpu: str, memory: str, ports: list[dict] | None = None
          "securityContext": copy.deepcopy(SECURITY)}
     if ports:
         c["ports"] = ports
+    c["volumeMounts"] = [{"name": "results", "mountPath": RESULTS_PATH}]
     return c
 
 
 def _pod(container: dict) -> dict:
     return {"spec": {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 100},
-                     "containers": [container]}}
+                     "containers": [container],
+                     "volumes": [{"name": "results", "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}}]}}
 
 
 def cluster_spec(workers: int = 1, worker_cpu: str = "2", worker_memory: str = "8Gi", gpus: int = 0) -> dict:
@@ -82,7 +91,7 @@ def render_job(job_path: Path, repo: Path) -> dict:
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _meta(name),
         "spec": {
-            "entrypoint": f"methodlab run {rel} --storage /home/ray/results",
+            "entrypoint": f"methodlab run {rel} --storage {RESULTS_PATH} --assume-shared-storage",
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": 600,
             "activeDeadlineSeconds": 86400,
@@ -101,7 +110,7 @@ def render_service(serve_path: Path) -> dict:
         args = app.get("args", {})
         for key in ("checkpoint", "checkpoints_root"):
             if args.get(key) and not args[key].startswith("/"):
-                args[key] = f"/home/ray/{args[key]}"  # shared volume holding results/
+                args[key] = f"/home/ray/{args[key]}"  # results/ = the shared volume RESULTS_PATH
     return {
         "apiVersion": "ray.io/v1", "kind": "RayService", "metadata": _meta(k8s_name(serve_path.stem)),
         "spec": {

@@ -28,5 +28,9 @@ class CheckpointError(MethodlabError):
     """A checkpoint directory is missing, truncated or from another method."""
 
 
+class StorageError(MethodlabError):
+    """The storage path cannot hold a run on this cluster (e.g. a local disk on a multi-node cluster)."""
+
+
 class MissingSourceError(MethodlabError):
     """An optional data source is not installed; the message names the package or file."""

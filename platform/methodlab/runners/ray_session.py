@@ -10,6 +10,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, quiet: 
 
     if ray.is_initialized():
         return
+    _import_torch_first()
     target = address or os.environ.get("RAY_ADDRESS") or "local"
     kwargs: dict = {"address": target, "log_to_driver": not quiet, "configure_logging": True}
     if target == "local":
@@ -18,6 +19,17 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, quiet: 
     if quiet:
         kwargs["logging_level"] = "WARNING"
     ray.init(**kwargs)
+
+
+def _import_torch_first() -> None:
+    """Inside a Ray job's driver (`methodlab submit`, `ray job submit -- methodlab run ...`), importing torch after
+    `ray.init()` aborted the process: "Intel oneMKL FATAL ERROR: Cannot load .../torch/lib/libtorch_cpu.so"
+    (Ray 2.60, torch 2.13 CPU; the same driver outside a job, or torch imported before ray.init(), was fine).
+    Every runner uses torch anyway, so load it before Ray connects."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
 
 
 def shutdown_ray() -> None:

@@ -60,9 +60,25 @@ def write_run_summary(run_dir: Path, slug: str, cfg, final: dict, checkpoint: Pa
     return df
 
 
+def _fill_lost_reports(part: pd.DataFrame, reports: Path) -> pd.DataFrame:
+    """Add the steps a trial reported (its own record, runners/tune.py REPORTS_DIR) that never reached Tune's
+    results (lost with a node), and keep one row per step. Only gaps: a report made after Tune had stopped the
+    trial (ASHA) is not part of its results."""
+    if "step" not in part or not reports.exists() or not part["step"].notna().any():
+        return part
+    seen = set(part["step"].dropna().astype(float))
+    last = max(seen)
+    extra = [_numeric(r) for r in read_history_jsonl(reports)
+             if isinstance(r.get("step"), (int, float)) and float(r["step"]) not in seen and float(r["step"]) < last]
+    if extra:
+        part = pd.concat([part, pd.DataFrame(extra)], ignore_index=True)
+    return part.sort_values("step", kind="stable").drop_duplicates("step", keep="last").reset_index(drop=True)
+
+
 def write_sweep_summary(sweep_dir: Path, slug: str, result_grid, metric: str, mode: str, params: list[str],
-                        early_stops: dict | None = None) -> pd.DataFrame:
-    """`early_stops`: {trial_id: time attribute} of the trials the scheduler stopped early."""
+                        early_stops: dict | None = None, reports_dir: Path | None = None) -> pd.DataFrame:
+    """`early_stops`: {trial_id: time attribute} of the trials the scheduler stopped early. `reports_dir`: the
+    trials' own report records, which fill steps missing from Tune's results."""
     early_stops = early_stops or {}
     rows, hist = [], []
     for res in result_grid:
@@ -96,6 +112,8 @@ def write_sweep_summary(sweep_dir: Path, slug: str, result_grid, metric: str, mo
         if df is not None and len(df):
             keep = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not c.startswith("_")]
             part = df[keep].copy()
+            if reports_dir is not None:
+                part = _fill_lost_reports(part, Path(reports_dir) / f"{rows[-1]['trial_id']}.jsonl")
             part.insert(0, "trial_id", rows[-1]["trial_id"])
             hist.append(part)
     table = pd.DataFrame(rows)

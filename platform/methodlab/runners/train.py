@@ -108,7 +108,8 @@ def build_trainer(loaded, name: str, storage: str, *, callbacks=(), resume_from:
     return TorchTrainer(
         worker_loop,
         train_loop_config=payload,
-        scaling_config=ScalingConfig(num_workers=sc.num_workers, use_gpu=sc.use_gpu, resources_per_worker=resources),
+        scaling_config=ScalingConfig(num_workers=sc.num_workers, use_gpu=sc.use_gpu, resources_per_worker=resources,
+                                     placement_strategy=sc.placement_strategy),
         run_config=RunConfig(
             name=name, storage_path=storage,
             checkpoint_config=CheckpointConfig(num_to_keep=ck.num_to_keep, checkpoint_score_attribute=ck.score_attribute,
@@ -120,14 +121,16 @@ def build_trainer(loaded, name: str, storage: str, *, callbacks=(), resume_from:
     )
 
 
-def run_train(loaded, name: str, storage: str, *, address: str | None = None, quiet: bool = False) -> dict:
+def run_train(loaded, name: str, storage: str, *, address: str | None = None, quiet: bool = False,
+              assume_shared_storage: bool = False) -> dict:
     from methodlab.runners.local import check_resume_compatible, write_job_record
-    from methodlab.runners.paths import is_uri
+    from methodlab.runners.paths import check_shared_storage, is_uri
     from methodlab.runners.ray_session import init_ray
     from methodlab.runners import tracking
     from methodlab.runners.results import write_run_summary
 
     init_ray(address, quiet=quiet)
+    check_shared_storage(storage, assume_shared_storage)  # on a multi-node cluster, before any worker starts
     spec = get_spec(loaded.job.method)
     run_dir = Path(storage) / name
     local = not is_uri(storage)

@@ -20,6 +20,11 @@ from methodlab.core.registry import get_spec
 
 SWEEP_RECORD = "sweep.yaml"
 EARLY_STOPS = "early_stops.jsonl"
+# Every report of a function trial, appended by the trial itself to <sweep>/trial_reports/<trial id>.jsonl
+# before tune.report (local or shared storage only). A trial whose node is lost can have its last checkpoint
+# persisted and used for the retry while its result never reached the sweep's driver (measured: step 500
+# missing from result.json, the retry resumed at 550); history.parquet fills such gaps from this file.
+REPORTS_DIR = "trial_reports"
 
 
 def _dist(param):
@@ -52,8 +57,13 @@ def function_trial(params: dict, payload: dict) -> None:
         torch.set_num_threads(payload["torch_threads"])
     ckpt = tune.get_checkpoint()
     resume = Path(ckpt.to_directory()) if ckpt is not None else None
+    reports = Path(payload["reports_dir"]) / f"{tune.get_context().get_trial_id()}.jsonl" if payload.get("reports_dir") else None
 
     def report(metrics: dict, ckpt_dir: Path | None) -> None:
+        if reports is not None:  # before Tune sees it: see REPORTS_DIR
+            reports.parent.mkdir(parents=True, exist_ok=True)
+            with reports.open("a") as fh:
+                fh.write(json.dumps(metrics, default=float) + "\n")
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(ckpt_dir)) if ckpt_dir else None)
 
     ctx = RunContext(seed=cfg.seed, checkpoint=resume, report_fn=report)
@@ -143,7 +153,8 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
     payload = {"method": job.method, "setting": job.setting, "params": list(space.params),
                "config": deep_merge(job.config, space.config),
                "torch_threads": space.trial_resources.torch_threads, "job": job.model_dump(mode="json"),
-               "train_storage": str(Path(storage) / name / "train_runs")}
+               "train_storage": str(Path(storage) / name / "train_runs"),
+               "reports_dir": None if is_uri(storage) else str(Path(storage) / name / REPORTS_DIR)}
     if multi:
         trainable = tune.with_resources(tune.with_parameters(driver_trial, payload=payload), {"cpu": 0.01})
     else:
@@ -204,11 +215,13 @@ def legacy_output():
 
 
 def run_tune(loaded_space, name: str, storage: str, *, address: str | None = None, quiet: bool = False,
-             restore: bool = False) -> dict:
+             restore: bool = False, assume_shared_storage: bool = False) -> dict:
+    from methodlab.runners.paths import check_shared_storage
     from methodlab.runners.ray_session import init_ray
     from methodlab.runners.results import write_sweep_summary
 
     init_ray(address, quiet=quiet)
+    check_shared_storage(storage, assume_shared_storage)  # on a multi-node cluster, before any trial starts
     sweep_dir = Path(storage) / name
     sweep_dir.mkdir(parents=True, exist_ok=True)
     if not restore:
@@ -222,7 +235,8 @@ def run_tune(loaded_space, name: str, storage: str, *, address: str | None = Non
     with legacy_output():
         grid = tuner.fit()
     table = write_sweep_summary(sweep_dir, loaded_space.base.job.method, grid, loaded_space.metric, loaded_space.mode,
-                                list(loaded_space.space.params), early_stops=read_early_stops(sweep_dir))
+                                list(loaded_space.space.params), early_stops=read_early_stops(sweep_dir),
+                                reports_dir=sweep_dir / REPORTS_DIR)
     # the store resolved at the start (a resume from another directory must close the same parent run)
     track = (yaml.safe_load((sweep_dir / SWEEP_RECORD).read_text()) or {}).get("tracking")
     if track and track.get("mlflow"):
@@ -235,7 +249,8 @@ def run_tune(loaded_space, name: str, storage: str, *, address: str | None = Non
             "errors": int((table["status"] == "ERROR").sum()) if len(table) else 0}
 
 
-def resume_tune(sweep_dir: str | Path, *, address: str | None = None, quiet: bool = False) -> dict:
+def resume_tune(sweep_dir: str | Path, *, address: str | None = None, quiet: bool = False,
+                assume_shared_storage: bool = False) -> dict:
     """Finish an interrupted sweep from its folder alone: the search space and base job recorded at
     start are re-validated, then Tune restores its own state (finished trials are not repeated)."""
     from methodlab.core.errors import MethodlabError
@@ -247,4 +262,5 @@ def resume_tune(sweep_dir: str | Path, *, address: str | None = None, quiet: boo
         raise MethodlabError(f"{record_path}: not found; `tune resume` takes a folder written by `methodlab tune`")
     rec = yaml.safe_load(record_path.read_text())
     loaded = load_search_space(record_path, raw=rec["space"], base_raw=rec["base_job"])
-    return run_tune(loaded, rec["name"], rec["storage"], address=address, quiet=quiet, restore=True)
+    return run_tune(loaded, rec["name"], rec["storage"], address=address, quiet=quiet, restore=True,
+                    assume_shared_storage=assume_shared_storage)

@@ -18,6 +18,8 @@ class Scaling(Strict):
     gpus_per_worker: float | None = Field(None, ge=0, le=16)
     resources_per_worker: dict[str, float] = Field(default_factory=dict)
     torch_threads: int | None = Field(None, ge=1, le=256, description="torch threads per worker (default: its CPUs).")
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="Ray placement of the worker group: SPREAD puts one worker per node where it can.")
 
 
 class CheckpointPolicy(Strict):

@@ -145,3 +145,14 @@ def test_checkpoint_without_manifest_still_loads(tmp_path):
     d = _ckpt(tmp_path / "old", 1)
     (d / "manifest.json").unlink()  # written before manifests existed
     assert load_checkpoint(d).state["step"] == 1
+
+
+def test_run_context_progress_shows_on_rank_0_only_and_not_when_quiet(capsys):
+    from methodlab.core.context import RunContext
+
+    assert list(RunContext().progress(range(5), desc="generating")) == [0, 1, 2, 3, 4]
+    err = capsys.readouterr().err
+    assert "generating" in err and "5/5" in err and "100.0%" in err  # the final line always prints
+    for ctx in (RunContext(quiet=True), RunContext(rank=1, world_size=2)):
+        assert sum(ctx.progress(total=7, desc="rollouts")) == 21
+        assert capsys.readouterr().err == ""

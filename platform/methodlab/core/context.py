@@ -49,6 +49,15 @@ class RunContext:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    def progress(self, iterable=None, total: int | None = None, desc: str = "working", unit: str = "item"):
+        """`for x in ctx.progress(xs, desc="rollouts"):` a bar with rate and time left on a terminal, a line
+        every few seconds in a log or Ray job; silent under --quiet and on every rank but 0. Without an
+        iterable, loops over range(total)."""
+        from methodlab.core.progress import track
+
+        items = range(total) if iterable is None else iterable
+        return track(items, desc, total=total, quiet=self.quiet or not self.is_main, unit=unit)
+
     def prepare_model(self, model):
         return self.prepare_model_fn(model) if self.prepare_model_fn and self.world_size > 1 else model
 

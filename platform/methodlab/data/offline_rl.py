@@ -200,14 +200,19 @@ def load_minari(dataset_id: str, low, high) -> OfflineData:
     return from_d4rl_arrays({k: np.concatenate(v) for k, v in cols.items()}, low, high, where=f"minari:{dataset_id}")
 
 
-def random_transitions(env_id: str, n: int, seed: int, with_infos: bool = False) -> dict:
-    """n transitions of the uniform policy (native actions), D4RL-keyed, episodes cut by the env's time limit."""
+def _no_progress(items, **_):
+    return items
+
+
+def random_transitions(env_id: str, n: int, seed: int, with_infos: bool = False, progress=_no_progress) -> dict:
+    """n transitions of the uniform policy (native actions), D4RL-keyed, episodes cut by the env's time limit.
+    `progress(iterable, total=, desc=, unit=)` wraps the loop (RunContext.progress in a run)."""
     env = make_env(env_id)
     rng = np.random.default_rng(seed)
     low, high = env.action_space.low, env.action_space.high
     cols: dict[str, list] = {k: [] for k in D4RL_KEYS}
     obs, _ = env.reset(seed=seed)
-    for _ in range(n):
+    for _ in progress(range(n), total=n, desc=f"generating {env_id} random transitions", unit="transition"):
         a = rng.uniform(low, high).astype(np.float32)
         nxt, r, term, trunc, _ = env.step(a)
         for k, v in zip(D4RL_KEYS, (obs, a, r, nxt, term, trunc)):
@@ -240,7 +245,7 @@ def write_d4rl_hdf5(path: str | Path, arrays: dict, attrs: dict) -> Path:
     return path
 
 
-def load_dataset(spec: str, env_id: str, seed: int = 0) -> OfflineData:
+def load_dataset(spec: str, env_id: str, seed: int = 0, progress=_no_progress) -> OfflineData:
     """Resolve a job's `dataset` string: stored name | HDF5 path | minari:<id> | generate:random:<N>."""
     _, low, high = env_spaces(env_id)
     if spec in STORED:
@@ -257,7 +262,7 @@ def load_dataset(spec: str, env_id: str, seed: int = 0) -> OfflineData:
         parts = spec.split(":")
         if len(parts) != 3 or parts[1] != "random" or not parts[2].isdigit():
             raise ConfigError(f"{spec!r}: use generate:random:<N>", field="dataset")
-        data = from_d4rl_arrays(random_transitions(env_id, int(parts[2]), seed), low, high, where=spec)
+        data = from_d4rl_arrays(random_transitions(env_id, int(parts[2]), seed, progress=progress), low, high, where=spec)
         data.meta.update(name=spec)
         return data
     path = Path(spec).expanduser()

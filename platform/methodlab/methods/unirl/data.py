@@ -85,6 +85,6 @@ def reward_scale_for(cfg: Config, data: OfflineData) -> float:
     return 1000.0 / max(float(rets.max() - rets.min()), 1e-6)
 
 
-def offline_data(cfg: Config, rank: int = 0) -> OfflineData:
+def offline_data(cfg: Config, rank: int = 0, progress=lambda items, **_: items) -> OfflineData:
     # generate:random:N uses the run seed; every rank sees the same data (it shards by sampling)
-    return load_dataset(cfg.dataset, cfg.env, seed=cfg.seed)
+    return load_dataset(cfg.dataset, cfg.env, seed=cfg.seed, progress=progress)

@@ -4,6 +4,8 @@ across methods with the same seed) share their initial states and differ only th
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
@@ -20,12 +22,15 @@ def make_rescaled_env(env_id: str):
 
 
 @torch.no_grad()
-def evaluate(actor, env_id: str, episodes: int, base_seed: int = 10_000) -> dict[str, float]:
+def evaluate(actor, env_id: str, episodes: int, base_seed: int = 10_000, progress=lambda items, **_: items) -> dict[str, float]:
+    """`progress` (RunContext.progress in a run) shows the lockstep env steps of long rollouts."""
     envs = [make_rescaled_env(env_id) for _ in range(episodes)]
     obs = np.stack([e.reset(seed=base_seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
     returns = np.zeros(episodes)
     alive = np.ones(episodes, bool)
-    while alive.any():
+    for _ in progress(itertools.count(), desc=f"evaluating {episodes} {env_id} episodes", unit="env step"):
+        if not alive.any():
+            break
         idx = np.flatnonzero(alive)
         acts = actor.act(torch.as_tensor(obs[idx]), deterministic=True).numpy()
         for j, i in enumerate(idx):

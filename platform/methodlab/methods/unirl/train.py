@@ -62,7 +62,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     learner.generator.manual_seed(cfg.seed * 1000 + ctx.rank)
 
     # --- data: dataset rows first (offline, o2o), then online transitions --------------------------
-    data = offline_data(cfg) if cfg.regime != "online" else None
+    data = offline_data(cfg, progress=ctx.progress) if cfg.regime != "online" else None
     scale = reward_scale_for(cfg, data) if data is not None else 1.0
     if cfg.regime == "offline":
         buf = Replay(obs_dim, act_dim, len(data))
@@ -154,7 +154,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             step += 1
 
         if step % cfg.eval_every == 0 or step == cfg.total_steps:
-            ev = evaluate(learner.actor, cfg.env, cfg.eval_episodes, base_seed=10_000) if ctx.is_main else {}
+            ev = evaluate(learner.actor, cfg.env, cfg.eval_episodes, base_seed=10_000, progress=ctx.progress) if ctx.is_main else {}
             ev = _broadcast(ev, ctx)
             scores = [h["eval/normalized_score"] for h in ctx.history] + [ev["eval/normalized_score"]]
             metrics = {"step": step, "online": float(online), "grad_steps": learner.grad_steps,
@@ -172,7 +172,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     if env is not None:
         env.close()
     if not ctx.history or ctx.history[-1]["step"] != step:  # resumed at the very end: report once
-        ev = _broadcast(evaluate(learner.actor, cfg.env, cfg.eval_episodes) if ctx.is_main else {}, ctx)
+        ev = _broadcast(evaluate(learner.actor, cfg.env, cfg.eval_episodes, progress=ctx.progress) if ctx.is_main else {}, ctx)
         scores = [h["eval/normalized_score"] for h in ctx.history] + [ev["eval/normalized_score"]]
         ctx.report({"step": step, **ev, "eval/normalized_score_last3": float(np.mean(scores[-3:]))},
                    checkpoint=writer(True))

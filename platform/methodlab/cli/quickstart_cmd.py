@@ -41,10 +41,8 @@ def quickstart(
 ) -> None:
     """The main job: a Tune sweep of the grokking regularizers (Optuna + ASHA) on the embedded local Ray,
     its results table and curves, the best checkpoint on Ray Serve, and one real HTTP request."""
-    from ray import serve
-
     from methodlab.cli.results_cmd import plot_curves, show_table
-    from methodlab.cli.serve_cmd import deploy
+    from methodlab.cli.serve_cmd import deploy, stop_serve
     from methodlab.runners.paths import resolve_storage
     from methodlab.runners.ray_session import shutdown_ray
     from methodlab.runners.tune import run_tune
@@ -82,7 +80,7 @@ def quickstart(
                 time.sleep(3600)
     finally:
         try:
-            serve.shutdown()
+            stop_serve()
         except Exception:  # noqa: BLE001 - Serve may never have started
             pass
         shutdown_ray()

@@ -68,9 +68,6 @@ def stop_pids(pids: list[int], timeout: float = 5.0) -> None:
     terminate_processes(procs, timeout=timeout)
 
 
-_OWN_RAY = False  # deploy() started the embedded Ray (not a cluster named by --address / RAY_ADDRESS)
-
-
 def deploy(apps: list[dict], host: str = "127.0.0.1", port: int = 8000, address: str | None = None,
            access_log: bool = False) -> list[str]:
     """Start Serve and deploy [{name, route_prefix, args}]; returns the predict URLs."""
@@ -82,10 +79,8 @@ def deploy(apps: list[dict], host: str = "127.0.0.1", port: int = 8000, address:
 
     for app in apps:  # fail on a missing checkpoint before Ray starts
         resolve_checkpoints(AppArgs.model_validate(app["args"]))
-    global _OWN_RAY
     if address is None and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized():
         local_serve_env()  # before Ray starts: its processes read these variables at start-up
-        _OWN_RAY = True
     from ray import serve
 
     from methodlab.runners.ray_session import init_ray
@@ -104,6 +99,25 @@ def deploy(apps: list[dict], host: str = "127.0.0.1", port: int = 8000, address:
 
 
 STOP_BUDGET_S = 9.0  # Kubernetes and systemd send SIGKILL after their grace period (often 10 s): be done before
+
+
+def stop_serve() -> None:
+    """Stop Serve in the order Ray expects. On the embedded Ray this process started: drain and delete the
+    applications, then (the caller) stop Ray, which takes Serve's controller with it; serve.shutdown() there
+    would leave its graceful_shutdown call pending on a controller that ends by being killed, which the
+    raylet prints as a failed task. On a cluster: serve.shutdown(), and the cluster keeps running."""
+    import ray
+    from ray import serve
+
+    from methodlab.runners.ray_session import started_local_ray
+
+    if not ray.is_initialized():
+        return
+    if started_local_ray():
+        for name in list(serve.status().applications):
+            serve.delete(name)
+    else:
+        serve.shutdown()
 
 
 def serve_until_stopped() -> None:
@@ -143,14 +157,7 @@ def serve_until_stopped() -> None:
         timer.daemon = True
         timer.start()
         try:
-            if _OWN_RAY:
-                # Drain and delete the applications, then stop Ray, which takes Serve's controller with it.
-                # serve.shutdown() here would leave its graceful_shutdown call pending on a controller that
-                # ends by being killed, which the raylet reports as a failed task on the console.
-                for name in list(serve.status().applications):
-                    serve.delete(name)
-            else:
-                serve.shutdown()  # a cluster's Serve: shut it down, leave the cluster running
+            stop_serve()
         finally:
             shutdown_ray()
             stop_pids(pids, timeout=2.0)

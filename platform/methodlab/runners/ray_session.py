@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 
 
+_STARTED_LOCAL = False  # init_ray started an embedded Ray in this process (not a cluster named by an address)
+
+
+def started_local_ray() -> bool:
+    return _STARTED_LOCAL
+
+
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, quiet: bool = False) -> None:
+    global _STARTED_LOCAL
     import ray
 
     if ray.is_initialized():
@@ -14,6 +22,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, quiet: 
     target = address or os.environ.get("RAY_ADDRESS") or "local"
     kwargs: dict = {"address": target, "log_to_driver": not quiet, "configure_logging": True}
     if target == "local":
+        _STARTED_LOCAL = True
         # The dashboard stays on: Train-in-Tune relies on it to clean up placement groups (RAY_NOTES 2).
         kwargs.update(num_cpus=num_cpus, include_dashboard=True, dashboard_host="127.0.0.1")
     if quiet:
@@ -33,10 +42,12 @@ def _import_torch_first() -> None:
 
 
 def shutdown_ray() -> None:
+    global _STARTED_LOCAL
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
+    _STARTED_LOCAL = False
 
 
 def terminate_processes(procs: list, timeout: float = 15.0) -> None:

@@ -4,11 +4,11 @@ class-text bank. Unknown modality or wrong feature width -> FieldError (422)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.methods.cmcl.config import Config
@@ -67,6 +67,21 @@ class Predictor:
         cb = ck.extras.get("class_bank", {"names": [], "features": []})
         bank = torch.tensor(cb["features"], dtype=torch.float64) if cb["names"] else None
         return cls(heads, cfg, list(cb["names"]), bank)
+
+    def input_model(self) -> type[BaseModel]:
+        """This checkpoint's request: its modalities, rows of its width D, classification only with a class bank."""
+        d, mods, strict = self.cfg.dim, Literal[tuple(sorted(self.heads.W))], ConfigDict(extra="forbid")
+        row = Annotated[list[Val], Field(min_length=d, max_length=d)]
+        cands = create_model("Candidates", __config__=strict, modality=(mods, Field(...)),
+                             features=(list[row], Field(..., min_length=1, max_length=4096)))
+        can_classify = self.bank is not None and self.text_mod in self.heads.W
+        return create_model(
+            "Input", __config__=strict,
+            __doc__=f"Feature rows of width {d} for one of this model's modalities {sorted(self.heads.W)}; "
+                    f"top_k is capped at the number of candidates." + ("" if can_classify else " No class bank: classify must be false."),
+            modality=(mods, Field(...)), features=(list[row], Field(..., min_length=1, max_length=1024)),
+            candidates=(cands | None, Field(None)), top_k=(int, Field(5, ge=1, le=100)),
+            classify=(bool if can_classify else Literal[False], Field(False)))
 
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:

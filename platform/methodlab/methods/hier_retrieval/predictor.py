@@ -6,14 +6,17 @@ top-k (benchmarks/hier_retrieval_search.py measures it on WordNet's 82,115 docum
 
 from __future__ import annotations
 
+from typing import Literal, Union
+
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.methods.hier_retrieval.config import Config
 
 MAX_K = 1000
+MAX_ENUM = 5000  # hierarchies up to this size list their node names in /schema; larger ones describe them
 
 
 class Input(BaseModel):
@@ -76,6 +79,20 @@ class Predictor:
         recipe = ck.extras.get("recipe", cfg.recipe)
         return cls(F.normalize(q.float(), dim=-1), F.normalize(d.float(), dim=-1), w["edges"], names, texts,
                    recipe, int(ck.state.get("step", 0)))
+
+    def input_model(self):
+        """This checkpoint's request: a node id below its size, or one of its node names."""
+        strict, n = ConfigDict(extra="forbid"), self.n
+        k = (int | None, Field(None, ge=1, le=min(MAX_K, n), description="Documents to return (None: |R(q)|)."))
+        by_id = create_model("QueryById", __config__=strict, __doc__=f"A node id of this hierarchy (0 <= id < {n}).",
+                             query_id=(int, Field(..., ge=0, le=n - 1)), query_text=(None, None), k=k)
+        small = len(self.lookup) <= MAX_ENUM
+        text_type = Literal[tuple(sorted(self.lookup))] if small else str
+        by_text = create_model("QueryByText", __config__=strict, query_id=(None, None), k=k,
+                               query_text=(text_type, Field(..., min_length=1, max_length=256)),
+                               __doc__="A node name, text or lemma of this hierarchy (case-insensitive)"
+                                       + ("." if small else f"; {len(self.lookup)} are known, too many to list here."))
+        return Union[by_id, by_text]
 
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:

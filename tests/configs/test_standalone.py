@@ -1,4 +1,4 @@
-"""The repository stands alone: a user's clone has no folder beside it (no ../shared), so nothing the
+"""The repository stands alone: a user's clone has no folder beside it (no shared/ next to it), so nothing the
 suite or the CLI reads may live outside the repository. Proof: copy the repository's files alone into an
 empty temporary folder and run the suite's k8s checks there, with no CRD folder named anywhere."""
 
@@ -21,7 +21,7 @@ def _repo_files() -> list[str]:
 
 
 def test_k8s_checks_pass_from_a_lone_copy_of_the_repository(tmp_path):
-    alone = tmp_path / "empty" / "methodlab"  # nothing beside it: no ../shared
+    alone = tmp_path / "empty" / "methodlab"  # nothing beside it: no shared/ folder next to it
     for rel in _repo_files():
         dst = alone / rel
         dst.parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,11 @@ def finite_json(data: Any) -> Any:
 
 def pydantic_error(err: ValidationError, prefix: str = "") -> tuple[str, str]:
     e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"])
+    # a union Input (one of several request shapes) prefixes the member's class name: not a field of the body
+    parts = list(e["loc"])
+    while parts and isinstance(parts[0], str) and parts[0][:1].isupper():
+        parts.pop(0)
+    loc = ".".join(str(p) for p in parts)
     field = f"{prefix}{loc}" if loc else prefix or "<body>"
     msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
     more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
@@ -117,13 +121,19 @@ class MethodDeployment:
         if action == "healthz":
             return JSONResponse({"status": "ok", "method": self.spec.slug, "models": list(self.paths)})
         if action == "schema":
-            model = await self._model(serve.get_multiplexed_model_id() or self.default_id)
+            model_id = serve.get_multiplexed_model_id() or self.default_id
+            if model_id not in self.paths:
+                return error(404, f"unknown model id {model_id!r}; available: {list(self.paths)}", "serve_multiplexed_model_id")
+            model = await self._model(model_id)
             return JSONResponse({"method": self.spec.slug, "input": self._adapter(model).json_schema(),
                                  "output": self.predictor_cls.Output.model_json_schema(),
                                  "models": list(self.paths), "default_model": self.default_id,
                                  "max_items": self.args.max_items, "max_body_bytes": self.args.max_body_bytes})
         if action == "metrics" and hasattr(self._default, "metrics"):
-            model = await self._model(serve.get_multiplexed_model_id() or self.default_id)
+            model_id = serve.get_multiplexed_model_id() or self.default_id
+            if model_id not in self.paths:
+                return error(404, f"unknown model id {model_id!r}; available: {list(self.paths)}", "serve_multiplexed_model_id")
+            model = await self._model(model_id)
             return JSONResponse(finite_json(model.metrics()))
         return error(404, f"unknown endpoint {action!r}")
 

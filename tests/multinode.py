@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from tests.reliability.helpers import free_port  # noqa: F401  (re-exported: the multi-node tests import it from here)
+
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -8,35 +8,16 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from tests.conftest import REPO
-from tests.reliability.helpers import jsonl, methodlab
+from tests.reliability.helpers import grokking_sweep_space, methodlab, trial_results
 
 pytestmark = pytest.mark.ray
 
 
-def sweep_space(tmp_path: Path, num_samples: int, max_steps: int = 200, concurrent: int = 2, failures: int = 0) -> Path:
-    """grokking_flatness smoke-sized trials, one CPU each (= one whole worker node)."""
-    from methodlab.methods.grokking_flatness.config import Config
 
-    space = {"base_job": str(REPO / "jobs/grokking_flatness/cpu.yaml"), "num_samples": num_samples,
-             "max_concurrent_trials": concurrent, "max_failures": failures,
-             "trial_resources": {"cpu": 1, "torch_threads": 1},
-             "config": {**Config.smoke, "max_steps": max_steps, "log_every": 50, "checkpoint_every": 50},
-             "search_alg": {"type": "optuna", "seed": 0}, "scheduler": {"type": "fifo"},
-             "params": {"reg": {"choice": ["none", "collapse_encourage"]}, "lr": {"loguniform": [2e-3, 4e-3]}}}
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(space))
-    return path
-
-
-def trial_rows(sweep: Path) -> dict[str, list[dict]]:
-    return {p.parent.name: jsonl(p) for p in sweep.glob("*/result.json")}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +33,7 @@ def cluster():
 
 def test_local_storage_on_a_multi_node_cluster_is_refused_before_any_trial(cluster, tmp_path):
     store = tmp_path / "store"
-    r = methodlab("tune", str(sweep_space(tmp_path, 2)), "--name", "refused", "--storage", str(store), "-q",
+    r = methodlab("tune", str(grokking_sweep_space(tmp_path, 2, concurrent=2, failures=0)), "--name", "refused", "--storage", str(store), "-q",
                   env=cluster.env(), timeout=300)
     err = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
@@ -64,7 +45,7 @@ def test_local_storage_on_a_multi_node_cluster_is_refused_before_any_trial(clust
 def test_sweep_runs_on_both_worker_nodes(cluster, tmp_path):
     store = tmp_path / "store"
     t0 = time.time()
-    r = methodlab("tune", str(sweep_space(tmp_path, 4)), "--name", "mn", "--storage", str(store), "-q",
+    r = methodlab("tune", str(grokking_sweep_space(tmp_path, 4, concurrent=2, failures=0)), "--name", "mn", "--storage", str(store), "-q",
                   "--assume-shared-storage", env=cluster.env(), timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     sweep = store / "mn"
@@ -76,7 +57,7 @@ def test_sweep_runs_on_both_worker_nodes(cluster, tmp_path):
     assert rep.returncode == 0 and (sweep / "report.html").stat().st_size > 1000, rep.stdout[-2000:] + rep.stderr[-2000:]
     # where each trial ran: the pid in its results -> the actor with that pid -> its node
     where = cluster.node_of_pid()
-    nodes = {name: {where.get(row["pid"]) for row in rows} for name, rows in trial_rows(sweep).items()}
+    nodes = {name: {where.get(row["pid"]) for row in rows} for name, rows in trial_results(sweep).items()}
     workers = {w.node_id for w in cluster.workers}
     used = set().union(*nodes.values())
     assert used == workers, (nodes, workers, cluster.head_id)

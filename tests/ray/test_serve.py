@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from methodlab.core.checkpoint import latest_checkpoint
+from tests.reliability.helpers import free_port
 from tests.smoke import smoke_run
 
 pytestmark = pytest.mark.ray
@@ -111,17 +111,11 @@ def test_multiplexed_top_k_from_sweep_folder(ray_cluster, smoke_root, tmp_path):
     serve.delete("sweep")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_run_with_rays_own_cli(smoke_root, tmp_path, repo):
     """`serve run serve/grokking_flatness.yaml` (Ray's CLI) with the checkpoint arg overridden, as a user would."""
     run = smoke_run("grokking_flatness", smoke_root)
     cfg = yaml.safe_load((repo / "serve/grokking_flatness.yaml").read_text())
-    port = _free_port()
+    port = free_port()
     cfg["http_options"]["port"] = port
     args = cfg["applications"][0]["args"]
     args.pop("checkpoints_root")

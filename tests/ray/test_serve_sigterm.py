@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,19 +15,14 @@ import psutil
 import yaml
 
 from methodlab.core.checkpoint import latest_checkpoint
+from tests.reliability.helpers import free_port
 from tests.smoke import smoke_run
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_stops_within_10_s_of_sigterm_leaving_no_process(smoke_root, tmp_path, repo):
     run = smoke_run("grokking_flatness", smoke_root)
     cfg = yaml.safe_load((repo / "serve/grokking_flatness.yaml").read_text())
-    port = _free_port()
+    port = free_port()
     args = cfg["applications"][0]["args"]
     args.pop("checkpoints_root")
     args["checkpoint"] = str(latest_checkpoint(Path(run["run_dir"]) / "checkpoints"))

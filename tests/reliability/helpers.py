@@ -84,3 +84,34 @@ def jsonl(path: Path) -> list[dict]:
 
 def fault_records(path: Path) -> list[dict]:
     return jsonl(path)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def grokking_sweep_space(tmp_path: Path, num_samples: int, max_steps: int = 200, *, concurrent: int = 1,
+                         failures: int = 1, cpus: int = 1) -> Path:
+    """A search-space file of grokking_flatness smoke-sized trials (checkpoint every 50 steps), `cpus` per trial."""
+    import yaml
+
+    from methodlab.methods.grokking_flatness.config import Config
+
+    space = {"base_job": str(REPO / "jobs/grokking_flatness/cpu.yaml"), "num_samples": num_samples,
+             "max_concurrent_trials": concurrent, "max_failures": failures,
+             "trial_resources": {"cpu": cpus, "torch_threads": 1},
+             "config": {**Config.smoke, "max_steps": max_steps, "log_every": 50, "checkpoint_every": 50},
+             "search_alg": {"type": "optuna", "seed": 0}, "scheduler": {"type": "fifo"},
+             "params": {"reg": {"choice": ["none", "collapse_encourage"]}, "lr": {"loguniform": [2e-3, 4e-3]}}}
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    return path
+
+
+def trial_results(sweep: Path) -> dict[str, list[dict]]:
+    """trial folder name -> its result.json rows (Tune appends after a restore)."""
+    return {p.parent.name: jsonl(p) for p in sweep.glob("*/result.json")}

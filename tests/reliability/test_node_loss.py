@@ -7,7 +7,6 @@ the refusal without it). Figures go to RELIABILITY.md through the `record` fixtu
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.reliability.helpers import BIN, jsonl, methodlab, wait_for
+from tests.reliability.helpers import BIN, grokking_sweep_space, jsonl, methodlab, trial_results, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 CPUS = 2  # per worker node: room for both DDP workers on the node that survives
@@ -62,19 +61,6 @@ def finish(proc: subprocess.Popen, log: Path, timeout: float) -> str:
 STEPS = 1000
 
 
-def _space(tmp_path: Path) -> Path:
-    from methodlab.methods.grokking_flatness.config import Config
-
-    space = {"base_job": str(REPO / "jobs/grokking_flatness/cpu.yaml"), "num_samples": 3, "max_concurrent_trials": 2,
-             "max_failures": 1, "trial_resources": {"cpu": CPUS, "torch_threads": 1},  # one trial = one whole node
-             "config": {**Config.smoke, "max_steps": STEPS, "log_every": 50, "checkpoint_every": 50},
-             "search_alg": {"type": "optuna", "seed": 0}, "scheduler": {"type": "fifo"},
-             "params": {"reg": {"choice": ["none", "collapse_encourage"]}, "lr": {"loguniform": [2e-3, 4e-3]}}}
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(space))
-    return path
-
-
 def full_steps(n: int) -> list[int]:
     return list(range(50, n + 1, 50))
 
@@ -83,9 +69,9 @@ def test_node_lost_mid_sweep(two_workers, tmp_path, record):
     cluster = two_workers
     sweep = tmp_path / "store" / "nl"
     log = tmp_path / "tune.log"
-    proc = spawn(["tune", str(_space(tmp_path)), "--name", "nl", "--storage", str(tmp_path / "store"), "-q",
+    proc = spawn(["tune", str(grokking_sweep_space(tmp_path, 3, STEPS, concurrent=2, cpus=CPUS)), "--name", "nl", "--storage", str(tmp_path / "store"), "-q",
                   "--assume-shared-storage"], cluster.env(), log)
-    rows = lambda: {p.parent.name: jsonl(p) for p in sweep.glob("*/result.json")}  # noqa: E731
+    rows = lambda: trial_results(sweep)  # noqa: E731
 
     def victim():
         """Once a trial has finished: a trial mid-run (>= 300 steps reported, not finished) on a worker node."""

@@ -11,38 +11,22 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from tests.conftest import REPO
-from tests.reliability.helpers import cli_env, fault_records, jsonl, methodlab, ray_tmpdir, spawn, stop_ray, wait_for
+from tests.reliability.helpers import (cli_env, fault_records, grokking_sweep_space, methodlab, ray_tmpdir, spawn,
+                                       stop_ray, trial_results, wait_for)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 STEPS_KILLED = 1000
 
 
-def _space(tmp_path: Path, num_samples: int, max_steps: int = 200) -> Path:
-    from methodlab.methods.grokking_flatness.config import Config
 
-    space = {"base_job": str(REPO / "jobs/grokking_flatness/cpu.yaml"), "num_samples": num_samples,
-             "max_concurrent_trials": 1, "max_failures": 1, "trial_resources": {"cpu": 1, "torch_threads": 1},
-             "config": {**Config.smoke, "max_steps": max_steps, "log_every": 50, "checkpoint_every": 50},
-             "search_alg": {"type": "optuna", "seed": 0}, "scheduler": {"type": "fifo"},
-             "params": {"reg": {"choice": ["none", "collapse_encourage"]}, "lr": {"loguniform": [2e-3, 4e-3]}}}
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(space))
-    return path
-
-
-def _trial_results(sweep: Path) -> dict[str, list[dict]]:
-    """trial folder name -> its result.json rows (Tune appends after a restore)."""
-    return {p.parent.name: jsonl(p) for p in sweep.glob("*/result.json")}
 
 
 def test_trial_killed_once_is_retried_from_its_checkpoint(tmp_path, record):
     tmp, marker = ray_tmpdir(), tmp_path / "fault.json"
     env = cli_env(tmp, METHODLAB_FAULT_KILL_AT_STEP=100, METHODLAB_FAULT_ONCE_FILE=marker)
     try:
-        r = methodlab("tune", str(_space(tmp_path, 2)), "--name", "sw", "--storage", str(tmp_path / "store"), "-q",
+        r = methodlab("tune", str(grokking_sweep_space(tmp_path, 2)), "--name", "sw", "--storage", str(tmp_path / "store"), "-q",
                       env=env)
     finally:
         stop_ray(tmp)
@@ -50,7 +34,7 @@ def test_trial_killed_once_is_retried_from_its_checkpoint(tmp_path, record):
     sweep = tmp_path / "store" / "sw"
     fired = fault_records(marker)
     table = pd.read_parquet(sweep / "summary.parquet")
-    steps = {name: [int(x["step"]) for x in rows] for name, rows in _trial_results(sweep).items()}
+    steps = {name: [int(x["step"]) for x in rows] for name, rows in trial_results(sweep).items()}
     killed = Path(fired[0]["cwd"]).name if fired else None
     record.update(injected="SIGKILL of one Tune trial's worker process at its step-100 report (max_failures=1)",
                   times=len(fired), survived=f"{len(table)} of 2 trials finished, {int((table['status'] == 'ERROR').sum())} "
@@ -68,7 +52,7 @@ def test_killed_sweep_driver_finishes_with_tune_resume(tmp_path, record):
     sweep = tmp_path / "store" / "sk"
     # 1,000 steps a trial: with actor reuse three 200-step trials finished in ~6 s, before a saved sweep state
     # showed a finished trial, so the driver was never killed mid-sweep
-    proc = spawn("tune", str(_space(tmp_path, 3, STEPS_KILLED)), "--name", "sk", "--storage", str(tmp_path / "store"), "-q",
+    proc = spawn("tune", str(grokking_sweep_space(tmp_path, 3, STEPS_KILLED)), "--name", "sk", "--storage", str(tmp_path / "store"), "-q",
                  env=cli_env(tmp), log=tmp_path / "first.log")
 
     def one_finished_and_saved():
@@ -87,13 +71,13 @@ def test_killed_sweep_driver_finishes_with_tune_resume(tmp_path, record):
             state = json.loads(item[0]) if isinstance(item[0], str) else item[0]
             if state.get("status") == "TERMINATED":
                 ids.add(state.get("trial_id"))
-        done = [n for n, rows in _trial_results(sweep).items()
+        done = [n for n, rows in trial_results(sweep).items()
                 if n.split("_")[2] in ids and rows and rows[-1].get("step") == STEPS_KILLED]
         return done or None
 
     try:
         finished = wait_for(one_finished_and_saved, 600, what="a finished trial in the saved sweep state")
-        before = {n: len(rows) for n, rows in _trial_results(sweep).items()}
+        before = {n: len(rows) for n, rows in trial_results(sweep).items()}
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
     finally:
@@ -106,7 +90,7 @@ def test_killed_sweep_driver_finishes_with_tune_resume(tmp_path, record):
     finally:
         stop_ray(tmp2)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    after = _trial_results(sweep)
+    after = trial_results(sweep)
     table = pd.read_parquet(sweep / "summary.parquet")
     repeated = [n for n in finished if len(after[n]) != before[n]]
     record.update(injected="SIGKILL of the `methodlab tune` driver after >= 1 trial finished (3 trials, 1 at a time)",

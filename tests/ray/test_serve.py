@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from methodlab.core.checkpoint import latest_checkpoint
-from tests.reliability.helpers import free_port
+from tests.reliability.helpers import free_port, post_until_ok
 from tests.smoke import smoke_run
 
 pytestmark = pytest.mark.ray
@@ -129,15 +128,7 @@ def test_serve_run_with_rays_own_cli(smoke_root, tmp_path, repo):
     proc = subprocess.Popen([str(serve_bin), "run", "--address", "local", str(path)], cwd=repo, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline, r = time.time() + 120, None
-        while time.time() < deadline:
-            try:
-                r = httpx.post(f"http://127.0.0.1:{port}/grokking_flatness/predict", json={"a": 2, "b": 2}, timeout=5)
-                if r.status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
+        r = post_until_ok(f"http://127.0.0.1:{port}/grokking_flatness/predict", {"a": 2, "b": 2}, 120)
         assert r is not None and r.status_code == 200, r and r.text
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # SIGTERM shuts Serve and its own Ray down cleanly

@@ -10,12 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 import yaml
 
 from methodlab.core.checkpoint import latest_checkpoint
-from tests.reliability.helpers import free_port
+from tests.reliability.helpers import free_port, post_until_ok
 from tests.smoke import smoke_run
 
 
@@ -33,15 +32,7 @@ def test_serve_stops_within_10_s_of_sigterm_leaving_no_process(smoke_root, tmp_p
     proc = subprocess.Popen([sys.executable, "-m", "methodlab", "serve", str(path), "--port", str(port)], cwd=repo,
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline, r = time.time() + 180, None
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                r = httpx.post(f"http://127.0.0.1:{port}/grokking_flatness/predict", json={"a": 2, "b": 2}, timeout=5)
-                if r.status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
+        r = post_until_ok(f"http://127.0.0.1:{port}/grokking_flatness/predict", {"a": 2, "b": 2}, 180, proc)
         assert r is not None and r.status_code == 200, (tmp_path / "serve.log").read_text()[-3000:]
         family = psutil.Process(proc.pid).children(recursive=True)
         assert any("raylet" in p.name() or "gcs_server" in p.name() for p in family), [p.name() for p in family]

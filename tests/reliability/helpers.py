@@ -115,3 +115,20 @@ def grokking_sweep_space(tmp_path: Path, num_samples: int, max_steps: int = 200,
 def trial_results(sweep: Path) -> dict[str, list[dict]]:
     """trial folder name -> its result.json rows (Tune appends after a restore)."""
     return {p.parent.name: jsonl(p) for p in sweep.glob("*/result.json")}
+
+
+def post_until_ok(url: str, body: dict, timeout: float, proc=None):
+    """POST `body` once a second until it answers 200 or `timeout` passes (or `proc`, the server, exits);
+    returns the last response, or None if nothing answered."""
+    import httpx
+
+    deadline, r = time.time() + timeout, None
+    while time.time() < deadline and (proc is None or proc.poll() is None):
+        try:
+            r = httpx.post(url, json=body, timeout=5)
+            if r.status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    return r

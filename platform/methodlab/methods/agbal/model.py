@@ -1,0 +1,134 @@
+"""The regressor (MLP on standardised inputs and targets), its training, and the base-kernel features:
+last-layer activations (ll), a sketched NTK (per-layer per-sample gradients delta_l (x) a_{l-1}, each Kronecker
+factor projected at random and multiplied elementwise, the bmdal_reg construction) and random Fourier features
+of an input RBF (rbf)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in: int, hidden: list[int], activation: str = "silu"):
+        super().__init__()
+        dims = [d_in, *hidden, 1]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.act = nn.SiLU() if activation == "silu" else nn.ReLU()
+
+    def forward(self, x: torch.Tensor, return_hidden: bool = False):
+        h = x
+        for layer in self.layers[:-1]:
+            h = self.act(layer(h))
+        out = self.layers[-1](h).squeeze(-1)
+        return (out, h) if return_hidden else out
+
+
+def build_net(d_in: int, hidden: list[int], activation: str, seed: int) -> MLP:
+    torch.manual_seed(seed)
+    return MLP(d_in, list(hidden), activation)
+
+
+def train_net(net: MLP, x: np.ndarray, y: np.ndarray, *, epochs: int, batch: int, lr: float, weight_decay: float,
+              seed: int, sample_weight: np.ndarray | None = None) -> MLP:
+    """Adam on the (weighted) MSE of standardised targets, cosine-decayed lr over all steps."""
+    xt = torch.as_tensor(x, dtype=torch.float32)
+    yt = torch.as_tensor(y, dtype=torch.float32)
+    wt = None if sample_weight is None else torch.as_tensor(sample_weight, dtype=torch.float32)
+    n = len(xt)
+    batch = max(1, min(batch, n))
+    per_epoch = math.ceil(n / batch)
+    total = epochs * per_epoch
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    g = torch.Generator().manual_seed(seed)
+    net.train()
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=g)
+        for k in range(per_epoch):
+            idx = perm[k * batch:(k + 1) * batch]
+            err = (net(xt[idx]) - yt[idx]) ** 2
+            loss = err.mean() if wt is None else (wt[idx] * err).sum() / wt[idx].sum().clamp_min(1e-12)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    net.eval()
+    return net
+
+
+@torch.no_grad()
+def predict(net: MLP, x: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    xt = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+    return torch.cat([net(xt[i:i + chunk]) for i in range(0, len(xt), chunk)] or [torch.zeros(0)]).double().numpy()
+
+
+# ------------------------------------------------------------------------------------------------- features
+class FeatureMap:
+    """Base-kernel features phi(x) with k(x, x') = <phi(x), phi(x')>; the random projections are fixed by `seed`
+    (the same map for pool, labelled, auxiliary and served inputs)."""
+
+    def __init__(self, net: MLP, kind: str, sketch_dim: int, seed: int, d_in: int, rbf_lengthscale: float = 1.0):
+        self.net, self.kind, self.m = net, kind, sketch_dim
+        g = torch.Generator().manual_seed(10_007 + seed)
+        if kind == "ntk":
+            dims = [layer.in_features for layer in net.layers]
+            outs = [layer.out_features for layer in net.layers]
+            per = max(1, sketch_dim // len(dims))
+            self.proj = []
+            for i, (a, b) in enumerate(zip(dims, outs)):
+                if b == 1:  # output layer: delta = 1, the gradient is [a, 1] itself (exact, no sketch)
+                    self.proj.append(None)
+                else:
+                    self.proj.append((torch.randn(a + 1, per, generator=g), torch.randn(b, per, generator=g)))
+        elif kind == "rbf":
+            self.w = torch.randn(d_in, sketch_dim, generator=g, dtype=torch.float64) / rbf_lengthscale
+            self.b = torch.rand(sketch_dim, generator=g, dtype=torch.float64) * 2 * math.pi
+
+    def __call__(self, x: np.ndarray, chunk: int = 4096) -> np.ndarray:
+        x = np.asarray(x)
+        if len(x) == 0:
+            return np.zeros((0, self.dim(x.shape[1] if x.ndim == 2 else 1)))
+        return np.concatenate([self._one(x[i:i + chunk]) for i in range(0, len(x), chunk)])
+
+    def dim(self, d_in: int) -> int:
+        if self.kind == "ll":
+            return self.net.layers[-1].in_features
+        if self.kind == "rbf":
+            return self.m
+        return sum((p[0].shape[1] if p is not None else self.net.layers[-1].in_features + 1) for p in self.proj)
+
+    def _one(self, x: np.ndarray) -> np.ndarray:
+        if self.kind == "rbf":
+            z = torch.as_tensor(x, dtype=torch.float64) @ self.w + self.b
+            return (math.sqrt(2.0 / self.m) * torch.cos(z)).numpy()
+        xt = torch.as_tensor(x, dtype=torch.float32)
+        if self.kind == "ll":
+            with torch.no_grad():
+                return self.net(xt, return_hidden=True)[1].double().numpy()
+        # sketched NTK: activations a_{l-1} and backpropagated deltas delta_l of the scalar output
+        acts, pres = [xt], []
+        with torch.enable_grad():
+            h = xt
+            for layer in self.net.layers[:-1]:
+                z = layer(h)
+                z.retain_grad()
+                pres.append(z)
+                h = self.net.act(z)
+                acts.append(h)
+            out = self.net.layers[-1](h).squeeze(-1)
+            out.sum().backward()  # rows are independent: row i of z.grad is d out_i / d z_i
+        feats = []
+        ones = torch.ones(len(xt), 1)
+        for i, p in enumerate(self.proj):
+            a = torch.cat([acts[i].detach(), ones], 1)
+            if p is None:
+                feats.append(a)
+            else:
+                delta = pres[i].grad
+                feats.append((a @ p[0]) * (delta @ p[1]) / math.sqrt(p[0].shape[1]))
+        self.net.zero_grad(set_to_none=True)
+        return torch.cat(feats, 1).double().numpy()

@@ -244,3 +244,29 @@ def load_tables(labeled: str, pool: str, auxiliary: str, test: str | None = None
 
 GENERATORS = {"friedman_shift": friedman_shift, "hetero_1d": hetero_1d, "hetero_2d": hetero_2d,
               "diabetes_shift": diabetes_shift, "boston_shift": boston_shift, "concrete_shift": concrete_shift}
+
+
+def write_example_tables(directory: str | Path = "data/agbal", seed: int = 0, n_labeled: int = 64,
+                         n_pool: int = 2000, n_aux: int = 1000, n_test: int = 1000) -> Path:
+    """CSV tables in the `round` job's format (labeled / pool without labels / auxiliary / test), from
+    friedman_shift: a way to try jobs/agbal/round.yaml and serve/agbal.yaml without one's own data."""
+    import pandas as pd
+
+    t = friedman_shift(seed, n_pool=n_pool + n_labeled, n_test=n_test, n_aux=n_aux, n0=n_labeled)
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    cols = [f"x{i}" for i in range(t.n_features)]
+    lab = np.zeros(len(t.x_pool), dtype=bool)
+    lab[t.labeled] = True
+
+    def frame(x, y=None):
+        df = pd.DataFrame(x, columns=cols)
+        if y is not None:
+            df["y"] = y
+        return df
+
+    frame(t.x_pool[lab], t.y_pool[lab]).to_csv(d / "labeled.csv", index=False)
+    frame(t.x_pool[~lab]).to_csv(d / "pool.csv", index=False)
+    frame(t.x_aux, t.y_aux).to_csv(d / "auxiliary.csv", index=False)
+    frame(t.x_test, t.y_test).to_csv(d / "test.csv", index=False)
+    return d

@@ -88,7 +88,7 @@ def train_round(cfg: Config, task, lab_ids, k: int, r_aux: np.ndarray, prev: MLP
 def state_tensors(st: State, ratio: maths.RatioModel, x_lab: np.ndarray) -> dict:
     w = {f"net.{k}": v for k, v in st.net.state_dict().items()}
     w.update({f"ratio.{k}": v for k, v in ratio.state_dict().items()})
-    t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float64)  # noqa: E731
+    t = lambda a: torch.tensor(np.array(a, dtype=np.float64))  # noqa: E731
     w.update({"aux_x": t(st.x_aux), "aux_y": t(st.y_aux), "r_aux": t(st.r_aux), "lab_x": t(x_lab),
               "x_mean": t(st.x_mean), "x_std": t(st.x_std)})
     return w

@@ -284,6 +284,8 @@ def test_predictor_answers_and_is_stateless(smoke_root):
     assert all(math.isfinite(v) for v in big.y_hat + big.uncertainty_surrogate)
     dup = pred([ta.validate_python({"task": "acquire", "pool": [[0.0] * 10] * 6, "batch_size": 6})])[0]
     assert sorted(dup.selected_ids) == list(range(6))
+    default = pred([ta.validate_python({"task": "acquire", "pool": rows, "labeled_ids": [0]})])[0]
+    assert len(default.selected_ids) == min(pred.b, 19)  # no batch_size: the checkpoint's b, capped
 
 
 @pytest.mark.parametrize("body,field", [

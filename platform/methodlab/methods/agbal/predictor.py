@@ -32,7 +32,8 @@ class Input(BaseModel):
         None, min_length=1, max_length=MAX_ROWS, description="acquire: candidate pool rows; ids are row indices.")
     labeled_ids: list[Annotated[int, Field(ge=0, le=MAX_ROWS - 1)]] = Field(
         [], max_length=MAX_ROWS, description="acquire: pool rows that already have labels (distinct, < len(pool)).")
-    batch_size: int | None = Field(None, ge=1, le=MAX_ROWS, description="acquire: b <= unlabelled pool rows.")
+    batch_size: int | None = Field(None, ge=1, le=MAX_ROWS, description="acquire: b <= unlabelled pool rows; None: "
+                                   "min(the checkpoint's batch size, unlabelled rows).")
 
 
 class Output(BaseModel):
@@ -52,6 +53,7 @@ class Predictor:
     def __init__(self, cfg: Config, st, lab_x: np.ndarray, version: str):
         self.cfg, self.st, self.lab_x, self.version = cfg, st, lab_x, version
         self.d = int(len(st.x_mean))
+        self.b = int(cfg.batch_size)
 
     @classmethod
     def from_checkpoint(cls, directory) -> "Predictor":
@@ -76,14 +78,16 @@ class Predictor:
         acquire_m = create_model(
             "AcquireInput", __config__=strict,
             __doc__=(f"The next batch from `pool` (rows of {d} features). Conditions a JSON schema cannot state "
-                     "(answered 422 naming the field): every labeled_ids entry < len(pool); batch_size <= len(pool) - "
-                     "len(labeled_ids)."),
+                     "(answered 422 naming the field): every labeled_ids entry < len(pool); a given batch_size <= "
+                     "len(pool) - len(labeled_ids). Without batch_size the batch is min(b, unlabelled rows), b = "
+                     f"{self.b} (the checkpoint's batch size)."),
             task=(Literal["acquire"], Field(...)),
             pool=(list[row], Field(..., min_length=1, max_length=MAX_ROWS, description=f"Candidate rows of {d} features.")),
             labeled_ids=(list[Annotated[int, Field(ge=0, le=MAX_ROWS - 1)]],
                          Field([], max_length=MAX_ROWS, json_schema_extra={"uniqueItems": True},
                                description="Pool rows that already have labels: distinct, each < len(pool).")),
-            batch_size=(int, Field(..., ge=1, le=MAX_ROWS, description="b <= len(pool) - len(labeled_ids).")))
+            batch_size=(int | None, Field(None, ge=1, le=MAX_ROWS, description="b <= len(pool) - len(labeled_ids); "
+                                          f"None: min({self.b}, unlabelled rows).")))
         return Annotated[Union[predict_m, acquire_m], Field(discriminator="task")]
 
     @staticmethod
@@ -126,6 +130,8 @@ class Predictor:
             raise FieldError(f"[{i}].labeled_ids", f"ids must be row indices of pool (0..{len(pool) - 1})")
         b = getattr(item, "batch_size", None)
         free = len(pool) - len(ids)
+        if b is None and free >= 1:  # the checkpoint's batch size, capped by the unlabelled rows
+            b = min(self.b, free)
         if b is None or b < 1 or b > free:
             raise FieldError(f"[{i}].batch_size", f"must be between 1 and the {free} unlabelled pool rows")
         cand = np.setdiff1d(np.arange(len(pool)), np.asarray(ids, dtype=int))

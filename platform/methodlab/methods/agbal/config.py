@@ -87,7 +87,10 @@ class Config(MethodConfig):
     kappa: float = Field(1e-3, ge=0, le=1e6, description="NW regulariser kappa (in effective auxiliary points).")
     krr_ridge: float = Field(1.0, gt=0, le=1e6, description="krr: sigma^2 on the kernel diagonal.")
     combine: Literal["surrogate_only", "product", "sum"] = Field("product", description="[RECON] Combine u with the "
-                                                                 "kernel posterior variance (MaxDiag quantity) of the labelled set.")
+                                                                 "kernel posterior variance sigma^2 (MaxDiag quantity) of the "
+                                                                 "labelled set: u, u * sigma^2 or u/mean(u) + sigma^2/mean(sigma^2). "
+                                                                 "Ranks top_b; lcmd / maxdet / maxdiag run on the u-scaled kernel, "
+                                                                 "where sigma^2 enters through the selection (maxdiag on it is u * sigma^2).")
     debias_aux: bool = Field(False, description="Subtract a constant auxiliary label offset fitted on the labelled "
                              "target set (nearest-auxiliary residuals) before the losses.")
 

@@ -53,6 +53,43 @@ def run_one(job: dict) -> dict:
             "round_s": [x["time/round_s"] for x in h], "wall_s": time.perf_counter() - t0}
 
 
+def surrogate_diagnostic(seed: int) -> dict:
+    """hetero_1d after round 0: how well each ratio estimate matches the analytic ratio, and the Spearman
+    correlation of u with the true squared error on the pool for the estimated (logistic), MLP, TRUE and unit
+    ratios, with nw and krr propagation - does the weighting help the surrogate even with the exact ratio?"""
+    import torch
+
+    from methodlab.methods.agbal import maths
+    from methodlab.methods.agbal.acquire import surrogate
+    from methodlab.methods.agbal.config import Config
+    from methodlab.methods.agbal.data import build_task
+    from methodlab.methods.agbal.evaluate import spearman
+    from methodlab.methods.agbal.train import fit_ratio, train_round
+
+    torch.set_num_threads(1)
+    base = job_config(EXPERIMENTS["hetero_nw"][0])
+    out: dict = {"seed": seed}
+    ratios = {}
+    for rm in ("logistic", "mlp"):
+        cfg = Config(**{**base, "seed": seed, "ratio_model": rm})
+        task = build_task(cfg)
+        _, r, diag = fit_ratio(cfg, task)
+        out[f"relerr_{rm}"] = diag["ratio/median_rel_err"]
+        ratios[rm] = r
+    cfg = Config(**{**base, "seed": seed})
+    st = train_round(cfg, task, list(task.labeled), 0, ratios["logistic"])
+    rest = np.setdiff1d(np.arange(len(task.x_pool)), task.labeled)
+    true_sq = (st.predict(task.x_pool[rest]) - task.y_pool[rest]) ** 2
+    ratios["true"] = maths.clip_normalise(task.true_ratio(task.x_aux), cfg.ratio_clip)
+    ratios["r=1"] = np.ones(len(task.x_aux))
+    for prop in ("nw", "krr"):
+        c = Config(**{**base, "seed": seed, "propagation": prop})
+        for name, r in ratios.items():
+            st.r_aux = r
+            out[f"{prop}/{name}"] = spearman(surrogate(c, st, task.x_pool[rest], weighted=True), true_sq)
+    return out
+
+
 def _jobs(seeds) -> list[dict]:
     jobs = []
     for name, (path, over, strategies) in EXPERIMENTS.items():
@@ -135,25 +172,44 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, seeds=
     seeds = tuple(seeds or (SEEDS[:1] if quick else SEEDS))
     storage = Path(os.environ.get("METHODLAB_STORAGE", "results")) / "agbal-reproduce"
     results, wall = run_all(seeds, workers, storage / ("quick.jsonl" if quick else "runs.jsonl"))
+    walls = storage / ("walls_quick.jsonl" if quick else "walls.jsonl")  # wall time of each invocation that ran fits
+    if wall > 1.0:
+        with open(walls, "a") as fh:
+            fh.write(json.dumps({"wall_s": wall, "workers": workers, "at": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+    wall = sum(w["wall_s"] for w in _read(walls)) or wall
     dev = []
     dev_cache = storage / "dev.jsonl"
     if not quick and set(seeds) == set(SEEDS):  # calibration on development seeds first (DEVELOPERS.md)
         dev, dev_wall = run_all(DEV_SEEDS, workers, dev_cache) if os.environ.get("AGBAL_RUN_DEV") else \
             (_read(dev_cache), 0.0)
-    return _report(out, results, dev, seeds, wall, workers, quick)
+    diag_cache = storage / ("diag_quick.jsonl" if quick else "diag.jsonl")
+    diags = _read(diag_cache)
+    for s in seeds[:2]:
+        if not any(d["seed"] == s for d in diags):
+            diags.append(surrogate_diagnostic(s))
+            with open(diag_cache, "a") as fh:
+                fh.write(json.dumps(diags[-1]) + "\n")
+    return _report(out, results, dev, seeds, wall, workers, quick, [d for d in diags if d["seed"] in seeds])
 
 
 def _read(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def _report(out: Path, results, dev, seeds, wall, workers, quick) -> str:
+def _report(out: Path, results, dev, seeds, wall, workers, quick, diags=()) -> str:
     cl = claims(results, seeds)
     rows = []
+    short = []
     for name, bar, per, mean, ok in cl:
         per_s = " / ".join(p if isinstance(p, str) else f"{p:+.3f}" for p in per)
         mean_s = mean if isinstance(mean, str) else f"{mean:+.3f}"
-        rows.append([name, bar, per_s, mean_s, "n/a (not recovered)", "PASS" if ok else "FAIL"])
+        se = "" if isinstance(mean, str) or len(per) < 2 else f"{np.std(per, ddof=1) / np.sqrt(len(per)):.3f}"
+        rows.append([name, bar, per_s, mean_s, se, "n/a (not recovered)", "PASS" if ok else "FAIL"])
+        if not ok and not isinstance(mean, str):
+            short.append(f"{name}: {mean:+.3f} against {bar}, short by {float(bar.split()[-1]) - mean:.3f} "
+                         f"(standard error over seeds {se})")
+        elif not ok:
+            short.append(f"{name}: {mean} against {bar}")
     sections = []
     for exp, (path, over, strategies) in EXPERIMENTS.items():
         t = []
@@ -177,8 +233,8 @@ def _report(out: Path, results, dev, seeds, wall, workers, quick) -> str:
     lines = [
         "# agbal (AGBAL) reproduction", "",
         f"Seeds {list(seeds)}{' (QUICK)' if quick else ''}; {n_runs} active-learning runs (each: 7 trainings = round 0 "
-        f"+ 6 acquired batches) on {workers} worker process(es); wall time of this invocation {wall / 60:.1f} min "
-        f"(runs cached from an earlier invocation are reused); the runs themselves took "
+        f"+ 6 acquired batches) on {workers} worker process(es); reproduction wall time {wall / 60:.1f} min (summed over "
+        f"the invocations that ran fits; a later invocation reuses the cached fits); the runs themselves took "
         f"{sum(r['wall_s'] for r in results) / 60:.1f} min summed, {np.mean([r['wall_s'] for r in results]):.0f} s "
         f"per run on average (the 2-core machine was shared with other jobs). Every number is the output of "
         "`methodlab.methods.agbal.train.fit` with the configs of jobs/agbal/al_run.yaml and "
@@ -186,14 +242,43 @@ def _report(out: Path, results, dev, seeds, wall, workers, quick) -> str:
         "0.05 is about 5 % lower RMSE in geometric mean. Paper figures: none could be recovered (spec: Headline "
         "numbers), so the paper column reads n/a.", "",
         "## Claims (spec bars are uncalibrated; measured figures below)", "",
-        _table(["claim", "bar", f"measured per seed {list(seeds)}", "mean", "paper", "result"], rows), "",
+        _table(["claim", "bar", f"measured per seed {list(seeds)}", "mean", "SE over seeds", "paper", "result"], rows), "",
+        *(["Falls short: " + "; ".join(short) + ". Causes: see Notes.", ""] if short else []),
         "## AUC_log and learning curves per strategy", "", *[s + "\n" for s in sections],
     ]
     if dev_rows:
         lines += ["## Calibration on development seeds 10, 11, 12 (run before the reported seeds)", "",
                   _table(["claim", "bar", "measured per seed [10, 11, 12]", "mean", "result"], dev_rows), ""]
+    if diags:
+        names = ("logistic", "mlp", "true", "r=1")
+        lines += ["## Why the weighting does not help the surrogate on hetero_1d (diagnostic, round 0)", "",
+                  "Spearman(u, true squared error on the unlabelled pool) of the same round-0 model with four ratios "
+                  "at the auxiliary points: the logistic estimate AGBAL uses, an MLP classifier (`ratio_model: mlp`), "
+                  "the analytic ratio, and r = 1; plus the median relative error of each estimate against the analytic "
+                  "ratio.", "",
+                  _table(["seed", "ratio median rel. error: logistic / mlp",
+                          *[f"nw: {n}" for n in names], *[f"krr: {n}" for n in names]],
+                         [[d["seed"], f"{d['relerr_logistic']:.3f} / {d['relerr_mlp']:.3f}",
+                           *[f"{d['nw/' + n]:.3f}" for n in names], *[f"{d['krr/' + n]:.3f}" for n in names]]
+                          for d in diags]), ""]
     lines += [
         "## Notes", "",
+        "- Claim 2 (margin over LCMD without auxiliary data) passed on the development seeds (+0.046) and falls "
+        "short on the reported seeds (see the claims table): LCMD's own AUC_log varies across seeds by about as much "
+        "as the 0.02 bar, so three seeds do not resolve the margin (standard error in the table). AGBAL is ahead of "
+        "LCMD on 2 of the 3 reported seeds and on all 3 development seeds; AGBAL with r = 1 is as good as AGBAL on "
+        "friedman_shift, so the gain over LCMD there comes from the auxiliary losses, not from the weighting.",
+        "- Claim 3 / surrogate check: with Nadaraya-Watson propagation r cancels between numerator and denominator "
+        "inside each kernel neighbourhood (spec: Pitfalls), so the weighted and unweighted surrogates rank the pool "
+        "almost identically (surrogate rows: the Spearman figures differ in the third decimal) and the two strategies "
+        "pick near-identical batches; the AUC_log gap is then training noise (ReLU / lr 1e-2 curves move by up to 0.4 "
+        "in ln RMSE between rounds). The diagnostic table shows this holds even with the analytic ratio, so it is not "
+        "the ratio estimator (whose median relative error on the hetero_1d mixture is large for the quadratic "
+        "logistic model, small for the MLP) but the propagation: r re-weights auxiliary losses toward the target's "
+        "average loss, while the surrogate is scored per point. With krr, r scales the losses directly: the batches "
+        "change, and AUC_log improves over r = 1 on the reported seeds (claims table) although the per-point "
+        "Spearman correlation drops (u then also prefers regions of high target density, which is what the "
+        "target-test RMSE rewards).",
         "- Settings (spec: Acceptance): MLP 2x128, n0 = 64, b = 64, R = 6 rounds, 100 epochs per round (Adam, batch "
         "64, cosine decay), aux 2000, pool 5000, test 5000, base kernel = last-layer features; AGBAL = LCMD on the "
         "surrogate-scaled kernel sqrt(u(x)) k(x, x') sqrt(u(x')), u = Nadaraya-Watson smoothing of r(x_a) l_a with an "

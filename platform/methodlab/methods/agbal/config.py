@@ -121,6 +121,11 @@ class Config(MethodConfig):
         return self
 
     @property
+    def max_steps(self) -> int:
+        """Reported steps are AL rounds 0..R (what the local runner's progress bar counts)."""
+        return self.rounds
+
+    @property
     def uses_aux(self) -> bool:
         return self.strategy in ("agbal", "agbal_unweighted")
 

@@ -333,3 +333,17 @@ def test_resume_continues_at_the_saved_round(tmp_path):
     out = fit(cfg, ctx)
     rounds = [h["round"] for h in ctx.history]
     assert rounds == [0, 1, 2] and out["n_labeled"] == 40
+
+
+def test_violated_conditions_name_what_the_schema_cannot_state(smoke_root):
+    pred = _predictor(smoke_root)
+    pool = [[0.0] * 10] * 4
+    ok = {"task": "acquire", "pool": pool, "labeled_ids": [0, 3], "batch_size": 2}
+    assert Predictor.violated_conditions(ok) == [] and Predictor.violated_conditions({"task": "predict", "x": pool}) == []
+    bad_ids = {**ok, "labeled_ids": [4]}
+    bad_b = {**ok, "batch_size": 3}
+    assert len(Predictor.violated_conditions(bad_ids)) == 1 and len(Predictor.violated_conditions(bad_b)) == 1
+    for body in (bad_ids, bad_b):  # a body breaking a named condition is answered 422 (FieldError), never 5xx
+        with pytest.raises(FieldError):
+            pred([Input.model_validate(body)])
+    assert "len(pool)" in (pred.input_model().__args__[0].__args__[1].__doc__ or "")

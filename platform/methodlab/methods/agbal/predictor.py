@@ -19,6 +19,9 @@ from methodlab.methods.agbal.train import SLUG, load_state
 
 MAX_ROWS = 10_000
 BOUND = 1e6  # |feature| limit: keeps every distance and kernel finite in float64
+# the acquire conditions between fields that JSON Schema cannot state (named in the schema's description)
+IDS_CONDITION = "every labeled_ids entry is < len(pool)"
+BATCH_CONDITION = "a given batch_size is <= len(pool) - len(labeled_ids)"
 
 
 class Input(BaseModel):
@@ -78,9 +81,8 @@ class Predictor:
         acquire_m = create_model(
             "AcquireInput", __config__=strict,
             __doc__=(f"The next batch from `pool` (rows of {d} features). Conditions a JSON schema cannot state "
-                     "(answered 422 naming the field): every labeled_ids entry < len(pool); a given batch_size <= "
-                     "len(pool) - len(labeled_ids). Without batch_size the batch is min(b, unlabelled rows), b = "
-                     f"{self.b} (the checkpoint's batch size)."),
+                     f"(answered 422 naming the field): {IDS_CONDITION}; {BATCH_CONDITION}. Without batch_size the "
+                     f"batch is min(b, unlabelled rows), b = {self.b} (the checkpoint's batch size)."),
             task=(Literal["acquire"], Field(...)),
             pool=(list[row], Field(..., min_length=1, max_length=MAX_ROWS, description=f"Candidate rows of {d} features.")),
             labeled_ids=(list[Annotated[int, Field(ge=0, le=MAX_ROWS - 1)]],
@@ -89,6 +91,21 @@ class Predictor:
             batch_size=(int | None, Field(None, ge=1, le=MAX_ROWS, description="b <= len(pool) - len(labeled_ids); "
                                           f"None: min({self.b}, unlabelled rows).")))
         return Annotated[Union[predict_m, acquire_m], Field(discriminator="task")]
+
+    @staticmethod
+    def violated_conditions(body: dict) -> list[str]:
+        """The schema description's conditions a raw request body breaks (what JSON Schema cannot check)."""
+        if not isinstance(body, dict) or body.get("task") != "acquire":
+            return []
+        n = len(body.get("pool") or [])
+        ids = [v for v in body.get("labeled_ids") or [] if isinstance(v, int)]
+        out = []
+        if any(v >= n for v in ids):
+            out.append(IDS_CONDITION)
+        b = body.get("batch_size")
+        if isinstance(b, int) and b > n - len(set(ids)):
+            out.append(BATCH_CONDITION)
+        return out
 
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:

@@ -341,10 +341,13 @@ def mean_variance_response(m: np.ndarray, Sigma: np.ndarray, a, lam: float, p: f
     S = (S + S.T) / 2
     if p == 2:
         Q = np.diag(ai ** -2.0) + lam * S
-        L = np.linalg.cholesky(Q)
-        x, _ = optimize.nnls(L.T, np.linalg.solve(L, mi), maxiter=50 * len(idx))
-        e[idx] = x
-        return e
+        try:
+            L = np.linalg.cholesky(Q)
+            x, _ = optimize.nnls(L.T, np.linalg.solve(L, mi), maxiter=50 * len(idx))
+            e[idx] = x
+            return e
+        except (np.linalg.LinAlgError, RuntimeError):  # ill-conditioned Q: the generic solver below
+            pass
     if p > 1:
         def f(x):
             return np.sum((x / ai) ** p) / p + 0.5 * lam * x @ S @ x - mi @ x, (x / ai) ** (p - 1) / ai + lam * S @ x - mi

@@ -6,7 +6,7 @@ import numpy as np
 
 from methodlab.methods.strategic_causal.config import Config
 from methodlab.methods.strategic_causal.data import Problem
-from methodlab.methods.strategic_causal.model import (Design, desirable_share, evaluate_design, logistic_loss,
+from methodlab.methods.strategic_causal.model import (Design, desirable_share, evaluate_design,
                                                       mean_variance_response, moments_mc, moments_w, prob_response)
 
 
@@ -16,9 +16,8 @@ def evaluate(des: Design, prob: Problem, cfg: Config, p: float | None = None, pr
     p = cfg.cost_p if p is None else p
     r = evaluate_design(des, prob.C, prob.abilities, prob.mutable, prob.desirable, p, cfg.budget,
                         prob.X_test, prob.y_test, prob.names)
-    theta = np.concatenate([des.w, [des.b]])
     out = {f"{prefix}/accuracy": r["accuracy"], f"{prefix}/q": r["q"],
-           f"{prefix}/train_loss": logistic_loss(theta, prob.X_train, prob.y_train)[0],
+           f"{prefix}/train_loss": des.train_loss,  # the fitted (unnormalised) classifier's mean logistic loss
            f"{prefix}/train_accuracy": float(np.mean((prob.X_train @ des.w + des.b >= 0) == prob.y_train))}
     for j, n in enumerate(prob.names):
         if prob.mutable[j]:

@@ -99,7 +99,7 @@ def best_response_numeric(g: np.ndarray, a: np.ndarray, p: float, budget: float 
     # the maximiser scale: start where the closed form would be for p = 2, a cheap feasible point
     res = optimize.minimize(lambda x: cost_fn(x) - gi @ x, x0, jac=lambda x: cost_grad(x) - gi,
                             method="L-BFGS-B", bounds=[(0, None)] * len(idx),
-                            options={"ftol": 1e-16, "gtol": 1e-13, "maxiter": 10_000, "maxcor": 30})
+                            options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 10_000, "maxcor": 30})
     e[idx] = res.x
     return e
 
@@ -212,10 +212,12 @@ def design_l1(X, y, C: np.ndarray, a, mutable, desirable, kappa: float, ftol: fl
 
 
 def design_general(X, y, C: np.ndarray, a, mutable, desirable, beta: float, p: float, restarts: int = 20,
-                   seed: int = 0, mus=(10.0, 100.0, 1e3, 1e4), start=None, on_restart=None, state=None) -> Design:
+                   seed: int = 0, mus=(10.0, 100.0, 1e3, 1e4), start=None, on_restart=None, state=None,
+                   margin: float = 1e-3) -> Design:
     """The general (non-convex) design for any p > 1: penalty method
     min loss(w, b) + mu * max(0, beta - q(e*(w)))^2, q from the closed-form best response (g+ = max(g, 0)),
     mu increased over `mus`, L-BFGS-B from several starts (restart 0: the accuracy-only LR; others random).
+    The penalty aims at beta + margin (a quadratic penalty converges from the infeasible side).
     Not claimed globally optimal. `on_restart(r, best)` is called after each restart (checkpointing);
     `state` = {"restart": r, "best": (loss, theta)} resumes."""
     a = np.asarray(a, float)
@@ -230,7 +232,7 @@ def design_general(X, y, C: np.ndarray, a, mutable, desirable, beta: float, p: f
     def obj(theta, mu):
         q = q_of(theta)
         q = 0.0 if not np.isfinite(q) else q
-        return logistic_loss(theta, X, y)[0] + mu * max(0.0, beta - q) ** 2
+        return logistic_loss(theta, X, y)[0] + mu * max(0.0, min(1.0, beta + margin) - q) ** 2
 
     starts = [np.concatenate([start.w, [start.b]]) if start is not None else np.zeros(d + 1)]
     starts += [rng.standard_normal(d + 1) for _ in range(max(0, restarts - 1))]

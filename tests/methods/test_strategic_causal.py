@@ -75,10 +75,11 @@ def test_cyclic_graph_refused():
 
 
 def test_closed_form_best_responses_match_the_convex_solver():
-    """Claim A: l2, l1 with budget, l1.5 on 100 random (C, w, a): max |e_closed - e_solver| <= 1e-4."""
+    """Claim A: l2, l1 with budget, l1.5 on 40 random (C, w, a) (the reproduction runs the spec's 100):
+    max |e_closed - e_solver| <= 1e-4."""
     rng = np.random.default_rng(1)
     worst = {1.0: 0.0, 1.5: 0.0, 2.0: 0.0}
-    for _ in range(100):
+    for _ in range(40):
         d = int(rng.integers(3, 9))
         C = M.contribution_matrix(random_dag(rng, d))
         w, a = rng.normal(size=d), rng.uniform(0.2, 2.0, d)
@@ -187,7 +188,7 @@ def test_stubs_fail(v2):
 def test_general_penalty_design_and_resume(tmp_path):
     """The non-convex design (p = 2 here, comparable with the convex one): feasible, no worse than the convex
     program's loss (it may use negative gains); a run killed after restart 2 resumes at restart 2, same answer."""
-    cfg = Config(seed=0, n=400, solver="penalty", restarts=3)
+    cfg = Config(seed=0, n=300, solver="penalty", restarts=3)
     ctx = RunContext(quiet=True)
     saved = {}
 

@@ -42,11 +42,17 @@ def n_identity_rows(kind: str, a: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------- Laplacians
-def laplacian_from_weights(w: np.ndarray) -> np.ndarray:
+def laplacian_from_weights(w: np.ndarray, normalise: bool = True) -> np.ndarray:
+    """L = diag(W 1) - W of a symmetric weight matrix; `normalise` divides by the mean degree [RECON] so that the
+    diffusion weight w means the same on graphs of any density (a genre clique graph has degrees in the hundreds)."""
     w = np.asarray(w, dtype=float)
     w = 0.5 * (w + w.T)
     np.fill_diagonal(w, 0.0)
-    return np.diag(w.sum(1)) - w
+    deg = w.sum(1)
+    lap = np.diag(deg) - w
+    if normalise and deg.mean() > 0:
+        lap /= deg.mean()
+    return lap
 
 
 def knn_laplacian(x_feat: np.ndarray, k: int = 5) -> np.ndarray:
@@ -54,7 +60,8 @@ def knn_laplacian(x_feat: np.ndarray, k: int = 5) -> np.ndarray:
     exp(-d^2 / median(d^2)) [RECON: the spec names a weighted similarity graph without its construction]."""
     f = np.asarray(x_feat, dtype=float).T  # [A, D]
     a = f.shape[0]
-    d2 = np.maximum(((f[:, None, :] - f[None, :, :]) ** 2).sum(-1), 0.0)
+    sq = (f * f).sum(1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * f @ f.T, 0.0)
     np.fill_diagonal(d2, np.inf)
     k = max(1, min(k, a - 1))
     nn = np.argsort(d2, axis=1)[:, :k]
@@ -106,24 +113,31 @@ def _scatter(data: Comparisons, v: np.ndarray) -> np.ndarray:
     return (np.bincount(data.a, v, minlength=data.n_items) - np.bincount(data.b, v, minlength=data.n_items))
 
 
-def loss_and_grad(beta, x, prec, data: Comparisons, law: RootLaw, lin: np.ndarray | None = None):
-    """Negative log posterior (up to constants) and its gradient in beta. `lin` (length A) adds -lin . theta
-    (a linear tilt; the finite-difference check uses it to perturb r of any pair)."""
+def loss_and_grad(beta, x, sigma, lap, data: Comparisons, law: RootLaw, lin: np.ndarray | None = None):
+    """Negative log posterior (up to constants) and its gradient in beta:
+    |beta|^2 / (2 sigma^2) + theta^T L theta / 2 + sum_n [Phi(d_n) - r_n d_n]  (= 1/2 beta^T P beta + ...).
+    `lap` is the already weighted A x A Laplacian or None. `lin` (length A) adds -lin . theta (a linear tilt; the
+    finite-difference check uses it to perturb r of any pair)."""
     theta = x.T @ beta
     d = theta[data.a] - theta[data.b]
-    pb = prec @ beta
-    f = 0.5 * beta @ pb + float(np.sum(law.phi(d) - data.r * d))
+    f = 0.5 * float(beta @ beta) / sigma ** 2 + float(np.sum(law.phi(d) - data.r * d))
     g_theta = _scatter(data, law.dphi(d) - data.r)
+    if lap is not None:
+        lt = lap @ theta
+        f += 0.5 * float(theta @ lt)
+        g_theta = g_theta + lt
     if lin is not None:
         f -= float(lin @ theta)
         g_theta = g_theta - lin
-    return f, pb + x @ g_theta
+    return f, beta / sigma ** 2 + x @ g_theta
 
 
-def hessian(beta, x, prec, data: Comparisons, law: RootLaw) -> np.ndarray:
+def hessian(beta, x, sigma, lap, data: Comparisons, law: RootLaw) -> np.ndarray:
     theta = x.T @ beta
-    w = law.d2phi(theta[data.a] - theta[data.b])
-    return prec + x @ comparison_laplacian(data, w) @ x.T
+    k = comparison_laplacian(data, law.d2phi(theta[data.a] - theta[data.b]))
+    if lap is not None:
+        k = k + lap
+    return np.eye(x.shape[0]) / sigma ** 2 + x @ k @ x.T
 
 
 def comparison_laplacian(data: Comparisons, w: np.ndarray | None = None) -> np.ndarray:
@@ -151,30 +165,33 @@ class FitResult:
 def fit_map(x: np.ndarray, data: Comparisons, law: RootLaw, sigma: float = 1.0, lap: np.ndarray | None = None,
             solver: str = "lbfgs", tol: float = 1e-10, max_iter: int = 15000, beta0: np.ndarray | None = None,
             lin: np.ndarray | None = None) -> FitResult:
-    prec = prior_precision(x, sigma, lap)
+    lap = lap if lap is not None and np.any(lap) else None
     beta = np.zeros(x.shape[0]) if beta0 is None else np.array(beta0, dtype=float)
+    x_dense = x
+    if solver == "lbfgs" and x.size > 40_000 and np.count_nonzero(x) < 0.05 * x.size:
+        x = scipy.sparse.csr_matrix(x)  # identity + one-hot / multi-hot blocks: sparse products, same maths
     if solver == "lbfgs":
-        res = scipy.optimize.minimize(loss_and_grad, beta, args=(x, prec, data, law, lin), jac=True, method="L-BFGS-B",
+        res = scipy.optimize.minimize(loss_and_grad, beta, args=(x, sigma, lap, data, law, lin), jac=True, method="L-BFGS-B",
                                       options={"maxiter": max_iter, "gtol": tol, "ftol": 1e-15, "maxcor": 20})
         beta, it = res.x, int(res.nit)
     elif solver == "newton":
-        beta, it = _newton(beta, x, prec, data, law, lin, tol, max_iter)
+        beta, it = _newton(beta, x, sigma, lap, data, law, lin, tol, max_iter)
     else:
         raise ValueError(f"unknown solver {solver!r}")
-    f, g = loss_and_grad(beta, x, prec, data, law, lin)
+    f, g = loss_and_grad(beta, x, sigma, lap, data, law, lin)
     gn = float(np.abs(g).max()) if len(g) else 0.0
-    return FitResult(beta, x.T @ beta, f, it, gn, gn <= max(1e-6, 100 * tol))
+    return FitResult(beta, x_dense.T @ beta, f, it, gn, gn <= max(1e-6, 100 * tol))
 
 
-def _newton(beta, x, prec, data, law, lin, tol, max_iter):
-    f, g = loss_and_grad(beta, x, prec, data, law, lin)
+def _newton(beta, x, sigma, lap, data, law, lin, tol, max_iter):
+    f, g = loss_and_grad(beta, x, sigma, lap, data, law, lin)
     for it in range(1, min(max_iter, 200) + 1):
-        h = hessian(beta, x, prec, data, law)
+        h = hessian(beta, x, sigma, lap, data, law)
         step = scipy.linalg.solve(h, g, assume_a="pos")
         t = 1.0
         while True:  # backtracking (Armijo); a strictly convex problem, so this always terminates
             nb = beta - t * step
-            nf, ng = loss_and_grad(nb, x, prec, data, law, lin)
+            nf, ng = loss_and_grad(nb, x, sigma, lap, data, law, lin)
             if nf <= f - 1e-4 * t * float(g @ step) or t < 1e-10:
                 break
             t *= 0.5
@@ -259,9 +276,7 @@ def fd_check(x: np.ndarray, data: Comparisons, law: RootLaw, sigma: float = 1.0,
     theta_a' - theta_a and theta_b' - theta_b; `agree` when FD and M say the same thing about monotonicity
     (theta_a up and theta_b down, within tol relative to the response's size)."""
     base = fit_map(x, data, law, sigma, lap, solver="newton", tol=1e-13)
-    prec = prior_precision(x, sigma, lap)
-    h = comparison_laplacian(data, law.d2phi(base.theta[data.a] - base.theta[data.b]))
-    m = x.T @ scipy.linalg.solve(prec + x @ h @ x.T, x, assume_a="pos")
+    m = x.T @ scipy.linalg.solve(hessian(base.beta, x, sigma, lap, data, law), x, assume_a="pos")
     a_n = data.n_items
     pairs = pairs if pairs is not None else [(i, j) for i in range(a_n) for j in range(a_n) if i != j]
     agree, rel_errs, fd_viol, m_viol = 0, [], 0, 0

@@ -184,8 +184,12 @@ def fit_map(x: np.ndarray, data: Comparisons, law: RootLaw, sigma: float = 1.0, 
 
 
 def _newton(beta, x, sigma, lap, data, law, lin, tol, max_iter):
+    """Damped Newton; stops at |grad|_max <= tol, or when a full step no longer changes beta (machine precision)."""
     f, g = loss_and_grad(beta, x, sigma, lap, data, law, lin)
-    for it in range(1, min(max_iter, 200) + 1):
+    it = 0
+    for it in range(1, min(max_iter, 100) + 1):
+        if np.abs(g).max() <= tol:
+            return beta, it - 1
         h = hessian(beta, x, sigma, lap, data, law)
         step = scipy.linalg.solve(h, g, assume_a="pos")
         t = 1.0
@@ -195,9 +199,10 @@ def _newton(beta, x, sigma, lap, data, law, lin, tol, max_iter):
             if nf <= f - 1e-4 * t * float(g @ step) or t < 1e-10:
                 break
             t *= 0.5
-        beta, f, g = nb, nf, ng
-        if np.abs(g).max() <= tol:
-            return beta, it
+        small = np.abs(t * step).max() <= 1e-15 * max(1.0, float(np.abs(beta).max()))
+        beta, f, g = nb, min(nf, f), ng
+        if small:
+            break
     return beta, it
 
 

@@ -96,6 +96,18 @@ def sweep_synthetic(cfg: Config, ctx: RunContext) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- monotonicity_map
+def density_grid(cfg: Config, alpha: float) -> list[dict]:
+    """Share of good Gaussian embeddings per (A, D) cell at one alpha (seeded per cell: cells are independent)."""
+    grid = []
+    for a_n in cfg.map_items:
+        for d in cfg.map_features:
+            rng = np.random.default_rng([cfg.seed, a_n, d, int(round(alpha * 1000))])
+            good = [monotonicity_test(gram_with_alpha(rng.standard_normal((d, a_n)), alpha), rng, cfg.nb_iter,
+                                      cfg.laplacian, cfg.mono_tol, cfg.sigma)["good"] for _ in range(cfg.map_instances)]
+            grid.append({"A": a_n, "D": d, "good_share": float(np.mean(good))})
+    return grid
+
+
 def monotonicity_map(cfg: Config, ctx: RunContext) -> dict:
     """P(good) of Gaussian embeddings x_feat ~ N(0, 1)^{D x A}, Gram x^T x + alpha I, per (alpha, A, D) cell."""
     results = _resume(ctx, "gbt.monotonicity_map")
@@ -104,15 +116,7 @@ def monotonicity_map(cfg: Config, ctx: RunContext) -> dict:
         for i, alpha in enumerate(cfg.map_alphas):
             key = f"{alpha:g}"
             if key not in results:
-                grid = []
-                for a_n in cfg.map_items:
-                    for d in cfg.map_features:
-                        rng = np.random.default_rng([cfg.seed, a_n, d, int(round(alpha * 1000))])
-                        good = [monotonicity_test(gram_with_alpha(rng.standard_normal((d, a_n)), alpha), rng, cfg.nb_iter,
-                                                  cfg.laplacian, cfg.mono_tol, cfg.sigma)["good"]
-                                for _ in range(cfg.map_instances)]
-                        grid.append({"A": a_n, "D": d, "good_share": float(np.mean(good))})
-                results[key] = grid
+                results[key] = density_grid(cfg, alpha)
             grid = results[key]
             shares = np.array([c["good_share"] for c in grid])
             m = {"step": i + 1, "alpha": alpha, "map/good_share_mean": float(shares.mean()),

@@ -43,6 +43,7 @@ def _writer(cfg, kind: str, step: int, results: dict, history: list, final: bool
 # ------------------------------------------------------------------------------------------- sweep_synthetic
 def sweep_instance(cfg: Config, seed: int, n: int, models: list[str]) -> dict:
     """Every model on one synthetic instance: nMSE and held-out squared error (one row of the sweep)."""
+    t0 = time.perf_counter()
     rd = data_mod.synthetic(cfg, seed, n)
     row = {"seed": seed, "N": n, "n_used": len(rd.train)}
     for name in models:
@@ -53,6 +54,7 @@ def sweep_instance(cfg: Config, seed: int, n: int, models: list[str]) -> dict:
         row[f"nmse/{name}"] = nmse(res.theta, rd.theta_true)
         row[f"sq_err/{name}"] = sq_err(res.theta, rd.test, law) if rd.test is not None else float("nan")
         row[f"converged/{name}"] = bool(res.converged)
+    row["time_s"] = time.perf_counter() - t0
     return row
 
 

@@ -54,6 +54,12 @@ def run_grid(pool, ns, models, seeds, cfg_kw, chunks: int = 4) -> dict[int, list
 
 
 # ------------------------------------------------------------------------------------------- monotonicity
+def _timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return {"result": out, "time_s": time.perf_counter() - t0}
+
+
 def _mono_part(kind: str) -> dict:
     from methodlab.data.monotone_gbt_synthetic import onehot_groups
     from methodlab.methods.monotone_gbt.model import gram_with_alpha, monotonicity_test
@@ -141,15 +147,15 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
         t0 = time.perf_counter()
         grid = run_grid(pool, ACCEPT_N, MODELS, seeds, {"n_items": 20, "n_features": 10})
-        times["synthetic grid A=20, D=10, N in {71,141,291}, 4 models"] = time.perf_counter() - t0
+        times["synthetic grid A=20, D=10, N in {71,141,291}, 4 models (wall)"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        fut_mono = {k: pool.submit(_mono_part, k) for k in ("onehot", "alpha0", "alpha05")}
-        fut_fd = {s: pool.submit(_fd_seed, s) for s in (*DEV_SEEDS, *REPORT_SEEDS)}
-        fut_map = pool.submit(_density_map)
-        fut_ml = pool.submit(_movielens)
+        fut_mono = {k: pool.submit(_timed, _mono_part, k) for k in ("onehot", "alpha0", "alpha05")}
+        fut_fd = {s: pool.submit(_timed, _fd_seed, s) for s in (*DEV_SEEDS, *REPORT_SEEDS)}
+        fut_map = pool.submit(_timed, _density_map)
+        fut_ml = pool.submit(_timed, _movielens)
         official = run_grid(pool, [71, 291], ["gbt_embedding", "gbt"], seeds,
                             {"n_items": 20, "n_features": 10, "keep_all_draws": False})
-        times["official-Python data path (ablation)"] = time.perf_counter() - t0
+        times["official-Python data path ablation (wall; shares the pool with the monotonicity / FD / MovieLens tasks)"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         curve = run_grid(pool, CURVE_N, ["gbt_embedding", "gbt", "embedding"], curve_seeds, {"n_items": 20, "n_features": 10})
         times[f"N curve 1..301 step 10, {len(curve_seeds)} seeds"] = time.perf_counter() - t0
@@ -157,17 +163,18 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
         dgrid = {d: run_grid(pool, [500], ["gbt_embedding", "gbt", "embedding"], seeds,
                              {"n_items": 25, "n_features": d})[500] for d in (2, 8, 20)}
         times["A=25, N=500, D in {2,8,20}"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        mono = {k: f.result() for k, f in fut_mono.items()}
-        fd = {s: f.result() for s, f in fut_fd.items()}
-        dmap = fut_map.result()
-        ml = fut_ml.result()
-        times["monotonicity, FD check, density map, MovieLens (overlapped; wait after the grids)"] = time.perf_counter() - t0
+        mono = {k: f.result()["result"] for k, f in fut_mono.items()}
+        fd = {s: f.result()["result"] for s, f in fut_fd.items()}
+        dmap, ml = fut_map.result()["result"], fut_ml.result()["result"]
+        task = {"monotonicity instances (3 x 2 x 50 tests, each task)": [f.result()["time_s"] for f in fut_mono.values()],
+                "FD check per seed (3 instances, 970 refits)": [f.result()["time_s"] for f in fut_fd.values()],
+                "density map (2 x 42 cells x 20 draws)": [fut_map.result()["time_s"]],
+                "MovieLens (data, 10-fold CV, 40 monotonicity subsets)": [fut_ml.result()["time_s"]]}
     wall = time.perf_counter() - t_start
     from methodlab.methods.monotone_gbt.report import write_report
 
     return write_report(Path(out_dir), grid=grid, official=official, curve=curve, dgrid=dgrid, mono=mono, fd=fd,
-                        dmap=dmap, ml=ml, times=times, wall=wall, seeds=seeds, curve_seeds=curve_seeds, quick=quick,
+                        dmap=dmap, ml=ml, times=times, task=task, wall=wall, seeds=seeds, curve_seeds=curve_seeds, quick=quick,
                         workers=workers)
 
 

@@ -17,7 +17,7 @@ from methodlab.methods.monotone_gbt import data as data_mod
 from methodlab.methods.monotone_gbt.config import Config
 from methodlab.methods.monotone_gbt.evaluate import sq_err
 from methodlab.methods.monotone_gbt.model import (gram_with_alpha, monotonicity_test, nmse, predict_r)
-from methodlab.methods.monotone_gbt.train import SLUG, blas_limit, fit_model
+from methodlab.methods.monotone_gbt.train import SLUG, blas_limit, fit_model, write_fit_checkpoint
 
 VARIANTS = {"gbt_embedding": ("gbt_embedding", None), "gbt": ("gbt", None), "embedding": ("embedding", None),
             "binary_law": ("gbt_embedding", "binary")}
@@ -27,7 +27,7 @@ def _resume(ctx: RunContext, kind: str) -> dict:
     if ctx.checkpoint is None:
         return {}
     ck = load_checkpoint(ctx.checkpoint, method=SLUG)
-    if ck.state.get("kind") != kind:
+    if ck.state.get("setting", ck.state.get("kind")) != kind:
         return {}
     ctx.history[:] = list(ck.extras.get("history", []))
     return dict(ck.extras.get("results", {}))
@@ -207,6 +207,13 @@ def cv_real(cfg: Config, ctx: RunContext) -> dict:
             m["eval/sq_err"] = m.get(f"eval/cv/{tuned}", float("nan"))
             summary = np.array([m.get(f"eval/cv/{n}", np.nan) for n in cfg.cv_models])
             history = list(ctx.history) + [m]
-            ctx.report(m, checkpoint=_writer(cfg, "gbt.cv_real", k + 1, results, history, k == cfg.folds - 1, summary))
+            if k < cfg.folds - 1:
+                writer = _writer(cfg, "gbt.cv_real", k + 1, results, history, False, summary)
+            else:  # last fold: the model refitted on every comparison, a servable (gbt.fit-shaped) checkpoint
+                x_all, res_all, _ = fit_model(cfg, cfg.model, None, rd)
+                writer = (lambda d, x_all=x_all, res_all=res_all, history=history, step=k + 1:
+                          write_fit_checkpoint(d, cfg, rd, x_all, res_all, history[-1], history, step=step,
+                                               setting="gbt.cv_real", results=results))
+            ctx.report(m, checkpoint=writer)
             last = m
     return last or (ctx.history[-1] if ctx.history else {})

@@ -45,24 +45,28 @@ def fit_model(cfg: Config, kind: str, law_name: str | None, rd: "data_mod.RunDat
     return x, res, law
 
 
-def write_fit_checkpoint(d: Path, cfg: Config, rd, x: np.ndarray, res, metrics: dict, history: list) -> None:
+def write_fit_checkpoint(d: Path, cfg: Config, rd, x: np.ndarray, res, metrics: dict, history: list, step: int = 1,
+                         setting: str = "gbt.fit", results: dict | None = None) -> None:
+    """A servable checkpoint: item ids, x, beta, theta. gbt.cv_real writes one too (its model refitted on every
+    comparison) so that `methodlab serve --from-sweep` serves the best trial of a prior sweep."""
     kind = cfg.model
     a_n = len(rd.item_ids)
     save_checkpoint(d, method=SLUG, config=cfg,
                     weights={"x": torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)),
                              "beta": torch.from_numpy(np.ascontiguousarray(res.beta, dtype=np.float64)),
                              "theta": torch.from_numpy(np.ascontiguousarray(res.theta, dtype=np.float64))},
-                    state={"step": 1, "final": True, "kind": "gbt.fit", "model": kind, "root_law": cfg.root_law,
+                    state={"step": step, "final": True, "kind": "gbt.fit", "setting": setting, "model": kind,
+                           "root_law": cfg.root_law,
                            "n_items": a_n, "n_identity": n_identity_rows(kind, a_n),
                            "n_features": int(x.shape[0] - n_identity_rows(kind, a_n)), "metrics": metrics},
                     extras={"items": rd.item_ids, "feature_names": rd.feature_names if kind != "gbt" else [],
-                            "history": history})
+                            "history": history, **({"results": results} if results is not None else {})})
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
     if ctx.checkpoint is not None:  # one-shot fit: a resumed run re-reports its final checkpoint
         ck = load_checkpoint(ctx.checkpoint, method=SLUG)
-        if ck.state.get("final") and ck.state.get("kind") == "gbt.fit":
+        if ck.state.get("final") and ck.state.get("setting", "gbt.fit") == "gbt.fit":
             ctx.history[:] = list(ck.extras.get("history", []))
             return ck.state["metrics"]
     t0 = time.perf_counter()

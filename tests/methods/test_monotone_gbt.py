@@ -309,8 +309,20 @@ def test_tournesol_and_triples_loaders(tmp_path):
     t = triples(str(tmp_path / "t.csv"), str(tmp_path / "f.csv"))
     assert t.item_ids == ["x", "y", "z"] and t.x_feat.shape == (2, 3) and t.r.tolist() == [0.5, -0.25]
     cfg = Config(data="csv", comparisons_path=str(tmp_path / "t.csv"), metadata_path=str(tmp_path / "f.csv"), folds=2)
-    out = jobs.cv_real(cfg, RunContext(quiet=True))
+    saved = []
+
+    def keep(metrics, ck):
+        if ck is not None:
+            import shutil
+
+            saved.append(shutil.copytree(ck, tmp_path / f"ck{len(saved)}"))
+
+    out = jobs.cv_real(cfg, RunContext(quiet=True, report_fn=keep))
     assert math.isfinite(out["eval/cv/gbt_embedding"]) and out["eval/cv/constant"] >= 0
+    pred = Predictor.from_checkpoint(saved[-1])  # the last CV checkpoint serves (a sweep's best trial can be served)
+    assert pred.items == ["x", "y", "z"] and pred.n_features == 2
+    with pytest.raises(Exception, match="gbt.fit"):
+        Predictor.from_checkpoint(saved[0])
 
 
 def test_config_refuses_incomplete_real_data_and_bad_embedding():

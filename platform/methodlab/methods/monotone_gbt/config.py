@@ -88,6 +88,9 @@ class Config(MethodConfig):
     map_instances: int = Field(50, ge=1, le=100_000, description="monotonicity_map: Gaussian draws per grid cell.")
     embedding_path: str | None = Field(None, description="monotonicity_check: x as CSV (D rows x A columns) or .npy.")
     embedding: list[list[float]] | None = Field(None, description="monotonicity_check: x inline (D rows of A floats).")
+    fd_check: bool = Field(True, description="monotonicity_check: also refit with r_ab + eps on a random comparison set "
+                           "(n_comparisons pairs, uniform law, beta ~ N(0, I)) and compare with the M-matrix prediction.")
+    fd_max_pairs: int = Field(500, ge=1, le=1_000_000, description="monotonicity_check: ordered pairs checked by finite differences.")
 
     @model_validator(mode="after")
     def _check(self):

@@ -157,9 +157,32 @@ def monotonicity_check(cfg: Config, ctx: RunContext) -> dict:
     m = {"step": 1, "mono/good": float(res["good"]), "mono/worst_violation": res["worst"],
          "mono/failing_draws": res["failing_draws"], "mono/draws": res["draws"], "mono/n_items": x.shape[1],
          "mono/n_features": x.shape[0], "eval/sq_err": float("nan")}
+    if cfg.fd_check:
+        with blas_limit(cfg):
+            m.update(fd_report(cfg, x, rng, lap))
+        res["fd"] = {k: v for k, v in m.items() if k.startswith("fd/")}
     ctx.report(m, checkpoint=_writer(cfg, "gbt.monotonicity_check", 1, {"test": res}, [m], True,
                                      np.array([float(res["good"]), res["worst"]])))
     return m
+
+
+def fd_report(cfg: Config, x: np.ndarray, rng: np.random.Generator, lap=None) -> dict:
+    """Finite differences against M on a random comparison set for the embedding [sqrt(alpha) I ; x]."""
+    from methodlab.data.monotone_gbt_synthetic import sample_pairs
+    from methodlab.methods.monotone_gbt.model import Comparisons, fd_check
+
+    a_n = x.shape[1]
+    xe = np.vstack([np.sqrt(cfg.alpha) * np.eye(a_n), x]) if cfg.alpha > 0 else x
+    law = data_mod.law_of(cfg)
+    theta = xe.T @ rng.standard_normal(xe.shape[0])
+    a, b = sample_pairs(rng, a_n, cfg.n_comparisons)
+    data = Comparisons(a, b, law.sample(theta[a] - theta[b], rng), a_n)
+    pairs = [(i, j) for i in range(a_n) for j in range(a_n) if i != j]
+    if len(pairs) > cfg.fd_max_pairs:
+        pairs = [pairs[k] for k in rng.choice(len(pairs), cfg.fd_max_pairs, replace=False)]
+    r = fd_check(xe, data, law, cfg.sigma, lap, pairs=pairs)
+    return {"fd/pairs": r["pairs"], "fd/agree": r["agree"], "fd/violations": r["fd_violations"],
+            "fd/m_violations": r["m_violations"], "fd/max_rel_err": r["max_rel_err"]}
 
 
 # --------------------------------------------------------------------------------------------------- cv_real

@@ -211,7 +211,8 @@ def _plot(rs, seeds, path: Path):
     axes[0].set_xticks(xs, ["All", "Many", "Medium", "Few"])
     axes[0].set_ylabel("test accuracy (%)")
     axes[0].set_title(f"digits-LT IF 100, mean of seeds {list(seeds)}")
-    axes[0].legend(fontsize=7, ncol=3)
+    axes[0].set_ylim(0, 125)
+    axes[0].legend(fontsize=7, ncol=3, loc="upper right")
     for j, loss in enumerate(LOSSES):
         for arm, mk in (("control", "o"), ("more", "s")):
             r = _vals(rs, loss, arm, "eval/disc_ratio", seeds)

@@ -114,6 +114,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         for g in opt.param_groups:
             g["lr"] = cfg.lr * _lr_factor(cfg, epoch)
         model.train()
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):  # DistributedSampler (multi-worker): a new shuffle every epoch
+            sampler.set_epoch(epoch)
         sums = {"task": 0.0, "more": 0.0, "alpha": 0.0, "n": 0}
         for xb, yb in loader:
             if cfg.more.schedule_unit == "epoch":

@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.methodlab-installed
 APT_STAMP := $(VENV)/.methodlab-apt
 DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium
+# data-only wheels (DATA.md): installed without their dependencies (orange3's would pull a Qt GUI stack)
+DATA_WHEELS := orange3
 PYTEST_ARGS ?=
 
 .PHONY: demo test install apt-data bench bench-full reliability clean-results help
@@ -32,6 +34,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 		$(BIN)/python -c "import torch,sys; sys.exit('CUDA torch on a CPU machine' if torch.version.cuda else 0)"; \
 	fi
 	$(BIN)/pip install -q -e '.[all,test]'
+	$(BIN)/pip install -q --no-deps $(DATA_WHEELS) || echo "warning: could not install $(DATA_WHEELS); the report rows that read them say so"
 	@touch $@
 
 # Debian data packages from shared DATA.md; only as root, never fatal (dependent tests skip with the reason).

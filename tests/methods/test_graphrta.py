@@ -1,6 +1,6 @@
 """graphrta (GraphRTA): the spec's component tests (i)-(vii), the open-set metrics and the stubs that must
 fail them, the CSBM and WordNet data facts, the file loaders, resume at the saved epoch, and the predictor's
-domain (malformed edge_index / out-of-range ids / wrong feature width -> FieldError)."""
+domain (out-of-range node ids / wrong feature width -> FieldError)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 import torch
 import torch.nn.functional as F
 
@@ -354,14 +355,20 @@ def test_predictor_domain_errors(smoke_root):
     f = pred.f
     x = [[0.0] * f for _ in range(4)]
     with pytest.raises(FieldError, match=r"\[0\].x\[0\]"):
-        pred([Input(x=[[0.0] * (f + 1)] * 4, edge_index=[[0], [1]])])
-    with pytest.raises(FieldError, match="edge_index"):
-        pred([Input(x=x, edge_index=[[0, 1], [1]])])
-    with pytest.raises(FieldError, match=r"edge_index\[1\]"):
-        pred([Input(x=x, edge_index=[[0, 1], [1, 4]])])
-    with pytest.raises(FieldError, match=r"edge_index\[0\]"):
-        pred([Input(x=x, edge_index=[[-1], [1]])])
-    out = pred([Input(x=x, edge_index=[[], []], reprogram=True, reprogram_steps=2)])[0]
+        pred([Input(x=[[0.0] * (f + 1)] * 4, edges=[[0, 1]])])
+    with pytest.raises(FieldError, match=r"edges\[1\]"):
+        pred([Input(x=x, edges=[[0, 1], [1, 4]])])
+    assert Predictor.violated_conditions({"x": x, "edges": [[0, 1], [1, 4]]})
+    assert not Predictor.violated_conditions({"x": x, "edges": [[0, 1], [3, 2]]})
+    with pytest.raises(ValidationError):
+        Input(x=x, edges=[[-1, 1]])
+    with pytest.raises(ValidationError):
+        Input(x=x, edges=[[0, 1, 2]])
+    spec = pred.input_model()
+    with pytest.raises(ValidationError):  # the served schema: rows of exactly f features
+        spec(x=[[0.0] * (f + 1)] * 4)
+    assert "< n" in spec.model_json_schema()["description"]
+    out = pred([spec(x=x, reprogram=True, reprogram_steps=2)])[0]
     assert len(out.pred) == 4
 
 

@@ -282,6 +282,17 @@ def test_cfm_smoke_couples_better_than_independent_and_samples(cfm_checkpoint):
     pred = Predictor.from_checkpoint(ck)
     (o,) = pred([Input(task="sample", n=5, steps=4, seed=3)])
     assert len(o.samples) == 5 and all(len(p) == 2 and all(math.isfinite(v) for v in p) for p in o.samples)
+    # served schema of a cfm checkpoint: a plan of 2-D clouds or a sample request, 'task' names which
+    from pydantic import TypeAdapter
+
+    spec = TypeAdapter(pred.input_model())
+    assert len(spec.json_schema()["anyOf"]) == 2
+    (s2,) = pred([spec.validate_python({"task": "sample", "n": 3, "steps": 2})])
+    (p2,) = pred([spec.validate_python({"task": "plan", "source": [[0.0, 1.0], [1.0, 0.0]],
+                                        "target": [[2.0, 2.0], [0.0, 0.5], [1.0, 1.0]], "n_iter": 5})])
+    assert len(s2.samples) == 3 and abs(sum(w for _, _, w in p2.plan) - 1) < 1e-9
+    with pytest.raises(ValidationError):
+        spec.validate_python({"source": [[0.0, 1.0]] * 2, "target": [[0.0, 1.0]] * 2})  # which task: required here
 
 
 def test_predictor_plan_output_and_domain_errors(smoke_root):
@@ -290,17 +301,34 @@ def test_predictor_plan_output_and_domain_errors(smoke_root):
 
     run = smoke_run("min_swgg", smoke_root)
     pred = Predictor.from_checkpoint(latest_checkpoint(Path(run["run_dir"]) / "checkpoints"))
+    d = pred.plan_dim
+    assert d == run["config"].plan_d  # the served solver is the checkpoint's: its dimension
     rng = np.random.default_rng(1)
-    src, tgt = rng.normal(size=(10, 4)), rng.normal(size=(10, 4)) * 3
+    src, tgt = rng.normal(size=(10, d)), rng.normal(size=(10, d)) * 3
     (o,) = pred([Input(source=src.tolist(), target=tgt.tolist(), n_iter=40, with_exact=True)])
     assert sorted(o.assignment) == list(range(10))
     assert o.cost == pytest.approx(float(((src - tgt[o.assignment]) ** 2).sum(1).mean()), rel=1e-9)
+    assert sorted((i, j) for i, j, _ in o.plan) == sorted(enumerate(o.assignment))
     assert o.exact_cost <= o.cost + 1e-9
     assert abs(np.linalg.norm(o.direction) - 1) < 1e-6
+    # n != m: the monotone 1-D plan along the fitted direction, marginals 1/n and 1/m
+    (u,) = pred([Input(source=src[:6].tolist(), target=tgt[:4].tolist(), n_iter=40, with_exact=True)])
+    P = np.zeros((6, 4))
+    for i, j, w in u.plan:
+        P[i, j] += w
+    assert np.allclose(P.sum(1), 1 / 6) and np.allclose(P.sum(0), 1 / 4) and u.assignment is None
+    assert u.cost == pytest.approx(float((P * ((src[:6, None] - tgt[None, :4]) ** 2).sum(-1)).sum()), rel=1e-9)
+    assert u.exact_cost <= u.cost + 1e-9
+    theta = np.asarray(u.direction)
+    px, py = src[:6] @ theta, tgt[:4] @ theta
+    for i, j, _ in u.plan:  # monotone: no crossing pairs along the slice
+        for k, m_, _ in u.plan:
+            assert not (px[i] < px[k] - 1e-9 and py[j] > py[m_] + 1e-9)
     bad = [
-        (dict(source=src.tolist(), target=tgt[:9].tolist()), "target"),               # unequal n
+        (dict(source=src.tolist(), target=rng.normal(size=(1023, d)).tolist()), "target"),  # lcm(10, 1023) too big
         (dict(source=src.tolist(), target=tgt[:, :3].tolist()), "target"),            # unequal d
-        (dict(source=src.tolist(), target=[[float("nan")] * 4] + tgt[1:].tolist()), "target"),  # non-finite
+        (dict(source=src[:, :3].tolist(), target=tgt[:, :3].tolist()), "source"),     # not the checkpoint's d
+        (dict(source=src.tolist(), target=[[float("nan")] * d] + tgt[1:].tolist()), "target"),  # non-finite
         (dict(source=[[1.0, 2.0], [1.0]], target=[[0.0, 0.0], [1.0, 1.0]]), "source"),  # ragged
         (dict(source=None, target=tgt.tolist()), "source"),                            # missing set
         (dict(task="sample"), "task"),                                                 # plan checkpoint
@@ -313,6 +341,16 @@ def test_predictor_plan_output_and_domain_errors(smoke_root):
         with pytest.raises(FieldError) as info:
             pred([item])
         assert info.value.field == f"[0].{field}"
+    # the served schema is the checkpoint's: d-dimensional points, both clouds required, no 'sample' task
+    from pydantic import TypeAdapter
+
+    spec = TypeAdapter(pred.input_model())
+    schema = spec.json_schema()
+    assert set(schema["required"]) == {"source", "target"} and schema["properties"]["task"]["const"] == "plan"
+    assert schema["properties"]["source"]["items"]["minItems"] == schema["properties"]["source"]["items"]["maxItems"] == d
+    for body in ({"task": "sample"}, {"source": src[:, :3].tolist(), "target": tgt[:, :3].tolist()}):
+        with pytest.raises(ValidationError):
+            spec.validate_python(body)
     for kw in (dict(source=[], target=[]), dict(source=[[1e7]] * 2, target=[[0.0]] * 2), dict(n_iter=5000),
                dict(task="sample", n=5000), dict(task="sample", steps=0), dict(source=[[0.0] * 65] * 2)):
         with pytest.raises(ValidationError):

@@ -285,9 +285,23 @@ def test_predictor_domain_and_outputs(smoke_root):
     assert abs(sum(o.mark_scores.p) - 1) < 1e-3
     assert o.time_quantiles["0.1"] <= o.time_quantiles["0.5"] <= o.time_quantiles["0.9"]
     assert out[1].time_samples is not None and len(out[1].time_samples) == 8
-    with pytest.raises(FieldError, match=r"\[0\]\.history\[1\]\.time"):
-        pred([Input(history=[Event(time=2.0, mark=0), Event(time=1.0, mark=1)])])
+    # a history is a set of events: its list order does not matter (stable sort by time)
+    h = [Event(time=0.5, mark=0), Event(time=1.2, mark=1), Event(time=1.9, mark=0), Event(time=2.4, mark=2)]
+    shuffled = pred([Input(history=[h[2], h[0], h[3], h[1]])])[0]
+    assert shuffled.model_dump() == out[0].model_dump()
+    moved = pred([Input(history=[h[0], h[1], Event(time=2.0, mark=0), h[3]])])[0]  # other times: another answer
+    assert moved.model_dump() != out[0].model_dump()
     with pytest.raises(FieldError, match=r"\[0\]\.history\[0\]\.mark"):
         pred([Input(history=[Event(time=2.0, mark=7)])])
     big = pred([Input(history=[Event(time=-1e12, mark=0), Event(time=1e12, mark=4)])])[0]
     assert np.isfinite(big.expected_time) and np.isfinite(big.expected_time_delta)
+    # the served schema is this checkpoint's: marks 0..4 only, history required
+    from pydantic import TypeAdapter, ValidationError
+
+    spec = pred.input_model()
+    schema = TypeAdapter(spec).json_schema()
+    assert schema["required"] == ["history"] and "5 marks" in schema["description"]
+    event = next(v for k, v in schema["$defs"].items() if "mark" in v.get("properties", {}))
+    assert event["properties"]["mark"]["maximum"] == 4
+    with pytest.raises(ValidationError):
+        TypeAdapter(spec).validate_python({"history": [{"time": 0.0, "mark": 5}]})

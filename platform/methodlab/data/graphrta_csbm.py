@@ -23,16 +23,22 @@ def block_probabilities(n: int, n_blocks: int, avg_degree: float, homophily: flo
     return min(p_in, 1.0), min(p_out, 1.0)
 
 
-def sbm_edges(labels: np.ndarray, avg_degree: float, homophily: float, rng: np.random.Generator) -> np.ndarray:
+def _no_progress(items, **_):
+    return items
+
+
+def sbm_edges(labels: np.ndarray, avg_degree: float, homophily: float, rng: np.random.Generator,
+              progress=_no_progress) -> np.ndarray:
     """Block-pair edge counts m_ab ~ Binomial(N_ab, p_ab), endpoints uniform in block a x block b; self-loops
-    dropped, pairs canonicalised (min, max), deduplicated, then symmetrised. Returns int64 [2, 2m]."""
+    dropped, pairs canonicalised (min, max), deduplicated, then symmetrised. Returns int64 [2, 2m].
+    `progress(iterable, total=, desc=, unit=)` wraps the loop over blocks (RunContext.progress in a run)."""
     labels = np.asarray(labels)
     n = len(labels)
     present = np.unique(labels)
     p_in, p_out = block_probabilities(n, len(present), avg_degree, homophily)
     members = [np.flatnonzero(labels == c) for c in present]
     us, vs = [], []
-    for a in range(len(present)):
+    for a in progress(range(len(present)), total=len(present), desc=f"sampling SBM edges of {n:,} nodes", unit="block"):
         for b in range(a, len(present)):
             na, nb = len(members[a]), len(members[b])
             pairs = na * (na - 1) // 2 if a == b else na * nb
@@ -74,39 +80,42 @@ def covariate_shift(n_features: int, rng: np.random.Generator, strength: float =
 
 
 def csbm_domain(n: int, classes: np.ndarray, means: np.ndarray, avg_degree: float, homophily: float,
-                rng: np.random.Generator, shift=None, chunk: int = 200_000):
+                rng: np.random.Generator, shift=None, chunk: int = 200_000, progress=_no_progress):
     """Labels uniform over `classes`, x = mu_y + N(0, I) (then shifted), SBM edges. Built in chunks so a
     10^6 x 64 graph never holds float64 copies of the whole feature matrix."""
     y = np.asarray(classes)[rng.integers(0, len(classes), n)]
     f = means.shape[1]
     x = np.empty((n, f), dtype=np.float32)
-    for s in range(0, n, chunk):
+    chunks = range(0, n, chunk)
+    for s in progress(chunks, total=len(chunks), desc=f"generating {n:,} x {f} node features", unit="chunk"):
         e = min(n, s + chunk)
         xc = means[y[s:e]] + rng.standard_normal((e - s, f))
         if shift is not None:
             xc = xc @ shift[0].T + shift[1]
         x[s:e] = xc
-    edge_index = sbm_edges(y, avg_degree, homophily, rng)
+    edge_index = sbm_edges(y, avg_degree, homophily, rng, progress)
     return x, y.astype(np.int64), edge_index
 
 
 def csbm_pair(seed: int, n_source: int = 1500, n_target: int = 1500, n_features: int = 64, n_classes: int = 7,
               n_known: int = 4, deg_source: float = 8.0, deg_target: float = 6.0, homophily_source: float = 0.8,
               homophily_target: float = 0.6, shift_strength: float = 0.3, shift_bias: float = 0.5,
-              mean_scale: float = 0.6, unknown_noise: float = 0.3, unknown_fraction: float | None = None) -> dict:
+              mean_scale: float = 0.6, unknown_noise: float = 0.3, unknown_fraction: float | None = None,
+              progress=_no_progress) -> dict:
     """Source: known classes only; target: all classes (unknown share = (C-K)/C unless unknown_fraction is set).
     Labels are the original class ids 0..C-1 (relabelling to K+1 happens in the method)."""
     rng = np.random.default_rng(seed)
     means = class_means(n_classes, n_known, n_features, rng, mean_scale, unknown_noise)
     shift = covariate_shift(n_features, rng, shift_strength, shift_bias)
-    xs, ys, es = csbm_domain(n_source, np.arange(n_known), means, deg_source, homophily_source, rng)
+    xs, ys, es = csbm_domain(n_source, np.arange(n_known), means, deg_source, homophily_source, rng, progress=progress)
     if unknown_fraction is None:
-        xt, yt, et = csbm_domain(n_target, np.arange(n_classes), means, deg_target, homophily_target, rng, shift)
+        xt, yt, et = csbm_domain(n_target, np.arange(n_classes), means, deg_target, homophily_target, rng, shift,
+                                 progress=progress)
     else:  # weight the class draw so a given share of target nodes is unknown
         n_unk = n_classes - n_known
         probs = np.r_[np.full(n_known, (1 - unknown_fraction) / n_known), np.full(n_unk, unknown_fraction / n_unk)]
         yt = rng.choice(n_classes, size=n_target, p=probs)
         xt = ((means[yt] + rng.standard_normal((n_target, n_features))) @ shift[0].T + shift[1]).astype(np.float32)
-        et = sbm_edges(yt, deg_target, homophily_target, rng)
+        et = sbm_edges(yt, deg_target, homophily_target, rng, progress)
     return {"source": (xs, ys, es), "target": (xt, yt.astype(np.int64), et), "n_known": n_known,
             "n_classes": n_classes}

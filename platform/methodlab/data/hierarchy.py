@@ -100,11 +100,16 @@ def load_edge_list(edges: str | Path, texts: str | Path | None = None) -> Hierar
     return h
 
 
-def wordnet_nouns(path: str | Path | None = None, instance: bool = True) -> Hierarchy:
-    """The WordNet 3.0 noun hierarchy (see methodlab.data.wordnet for the sources)."""
+def _no_progress(items, **_):
+    return items
+
+
+def wordnet_nouns(path: str | Path | None = None, instance: bool = True, progress=_no_progress) -> Hierarchy:
+    """The WordNet 3.0 noun hierarchy (see methodlab.data.wordnet for the sources). `progress(iterable, total=,
+    desc=, unit=)` reports the parse (RunContext.progress in a run)."""
     from methodlab.data import wordnet
 
-    syn = wordnet.noun_synsets(path)
+    syn = wordnet.noun_synsets(path, progress)
     c, p = wordnet.hypernym_edges(syn, instance=instance)
     return Hierarchy(len(syn), c, p, wordnet.synset_names(syn, path), [wordnet.lemma_text(s) for s in syn])
 
@@ -130,12 +135,12 @@ def topological_order(h: Hierarchy) -> list[int]:
     return order
 
 
-def relevant_pairs(h: Hierarchy) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def relevant_pairs(h: Hierarchy, progress=_no_progress) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All (q, d, dist) with d in R(q) = {q} + ancestors(q), dist = shortest upward path length.
     Dynamic programme in topological order: anc(v) = {v: 0} merged with anc(p) + 1 over parents p."""
     parents = h.parents_of()
     anc: list[dict[int, int] | None] = [None] * h.n
-    for v in topological_order(h):
+    for v in progress(topological_order(h), total=h.n, desc=f"ancestor closure of {h.n:,} nodes", unit="node"):
         a = {v: 0}
         for p in parents[v]:
             for d, k in anc[p].items():

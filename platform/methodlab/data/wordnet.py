@@ -16,7 +16,6 @@ import io
 import os
 import tarfile
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -97,10 +96,16 @@ def read_text(name: str, path: str | Path | None = None) -> str:
     return raw.decode("utf-8", errors="replace").replace("\r", "")
 
 
-def parse_data_lines(text: str) -> list[Synset]:
-    """Parse the WordNet database format (wndb(5)): licence lines start with two spaces."""
+def _no_progress(items, **_):
+    return items
+
+
+def parse_data_lines(text: str, progress=_no_progress) -> list[Synset]:
+    """Parse the WordNet database format (wndb(5)): licence lines start with two spaces.
+    `progress(iterable, total=, desc=, unit=)` wraps the line loop (RunContext.progress in a run)."""
     out = []
-    for line in io.StringIO(text):
+    lines = progress(io.StringIO(text), total=text.count("\n"), desc="parsing WordNet data.noun", unit="line")
+    for line in lines:
         if not line.strip() or line.startswith("  "):
             continue
         head, _, gloss = line.partition(" | ")
@@ -120,14 +125,15 @@ def parse_data_lines(text: str) -> list[Synset]:
     return out
 
 
-@lru_cache(maxsize=4)
-def _cached(path_key: str | None) -> tuple:
-    return tuple(parse_data_lines(read_text("data.noun", path_key)))
+_PARSED: dict[str | None, tuple] = {}  # per source path: a run parses data.noun once
 
 
-def noun_synsets(path: str | Path | None = None) -> list[Synset]:
+def noun_synsets(path: str | Path | None = None, progress=_no_progress) -> list[Synset]:
     """All 82,115 noun synsets in file order (sorted by offset)."""
-    return list(_cached(str(path) if path else None))
+    key = str(path) if path else None
+    if key not in _PARSED:
+        _PARSED[key] = tuple(parse_data_lines(read_text("data.noun", key), progress))
+    return list(_PARSED[key])
 
 
 def hypernym_edges(synsets: list[Synset], instance: bool = True) -> tuple[np.ndarray, np.ndarray]:

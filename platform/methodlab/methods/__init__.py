@@ -10,5 +10,8 @@ REGISTRY: dict[str, str] = {
     "graphrta": "methodlab.methods.graphrta:SPEC",
     "gyroatt": "methodlab.methods.gyroatt:SPEC",
     "cmcl": "methodlab.methods.cmcl:SPEC",
+    "strategic_causal": "methodlab.methods.strategic_causal:SPEC",
+    "monotone_gbt": "methodlab.methods.monotone_gbt:SPEC",
+    "more_longtail": "methodlab.methods.more_longtail:SPEC",
     "agbal": "methodlab.methods.agbal:SPEC",
 }

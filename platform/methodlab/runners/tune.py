@@ -139,6 +139,19 @@ def build_callbacks(loaded_space, name: str, storage: str, quiet: bool) -> list:
     return callbacks
 
 
+def sweep_checkpoint_config(loaded_space):
+    """A trial keeps every checkpoint it reports (Ray's default; the base job's `run.checkpoint` applies to
+    `methodlab run`). With num_to_keep = K, Tune forces an experiment-state snapshot each time a trial has
+    checkpointed K times: short trials that checkpoint every second or two (the demo sweep) then force
+    several snapshots in 5 s ("snapshotting has been triggered multiple times ... may become a
+    bottleneck"), and each forced snapshot waits for the sync. Checkpoints per trial are set by the
+    method's `checkpoint_every` (a space can raise it in its `config:`); ASHA stops most trials early."""
+    from ray import tune
+
+    return tune.CheckpointConfig(num_to_keep=None, checkpoint_score_attribute=loaded_space.metric,
+                                 checkpoint_score_order=loaded_space.mode)
+
+
 def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False, quiet: bool = False):
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
@@ -163,8 +176,7 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
     run_config = tune.RunConfig(
         name=name, storage_path=storage,
         failure_config=tune.FailureConfig(max_failures=space.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=loaded_space.metric,
-                                                checkpoint_score_order=loaded_space.mode),
+        checkpoint_config=sweep_checkpoint_config(loaded_space),
         # Tune's own output lists every metric of every trial; our console callback shows the key ones.
         verbose=0,
         callbacks=build_callbacks(loaded_space, name, storage, quiet),

@@ -53,10 +53,11 @@ def select_key(cfg: Config, n: int) -> str:
     return "val/task_acc" if cfg.task == "sum_N" and n <= 16 else "val/digit_acc"
 
 
-def _tree(cfg: Config, n: int):
+def _tree(cfg: Config, n: int, ctx: RunContext | None = None):
     if cfg.algorithm != "ctsketch":
         return None  # the baselines compute their own output distributions
-    return make_tree(cfg.task, n, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor)
+    progress = ctx.progress if ctx is not None else (lambda items, **_: items)
+    return make_tree(cfg.task, n, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, progress)
 
 
 def fit_sketch_only(cfg: Config, ctx: RunContext) -> dict:
@@ -64,7 +65,7 @@ def fit_sketch_only(cfg: Config, ctx: RunContext) -> dict:
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     t0 = time.perf_counter()
-    tree = make_tree(cfg.task, cfg.N, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor)
+    tree = make_tree(cfg.task, cfg.N, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, ctx.progress)
     build = time.perf_counter() - t0
     errs = tree.rel_errors
     m = {"step": 0, "sketch/build_s": build, "sketch/rel_err_max": max(errs), "val/digit_acc": float("nan"),
@@ -131,7 +132,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         nonlocal sketch_s
         if n not in trees:
             t0 = time.perf_counter()
-            trees[n] = _tree(cfg, n)
+            trees[n] = _tree(cfg, n, ctx)
             sketch_s += time.perf_counter() - t0
         if i not in seq_cache:
             seq_cache[i] = build_sequences(cfg, pools, n, stage=i)

@@ -22,6 +22,10 @@ def level_dims(depth: int) -> list[int]:
     return [9 * 2 ** l + 1 for l in range(depth + 1)]
 
 
+def _no_progress(items, **_):
+    return items
+
+
 def depth_of(n: int) -> int:
     d = int(round(math.log2(n)))
     if 2 ** d != n:
@@ -30,10 +34,13 @@ def depth_of(n: int) -> int:
 
 
 class SumTree:
-    def __init__(self, n: int, method: str = "tt", rank: int = 2, seed: int = 1234, sigma_floor: float = 4.0):
+    def __init__(self, n: int, method: str = "tt", rank: int = 2, seed: int = 1234, sigma_floor: float = 4.0,
+                 progress=_no_progress):
         self.n, self.depth, self.sigma_floor = n, depth_of(n), sigma_floor
         self.dims = level_dims(self.depth)
-        self.sketches: list[Sketch] = [build_sketch("sum", d, method, rank, seed) for d in self.dims[:-1]]
+        # one sketch per level; the top levels of N = 1024 (d up to 4,609) take most of the ~20 s
+        levels = progress(self.dims[:-1], total=self.depth, desc=f"sketching the {n}-digit sum tree", unit="level")
+        self.sketches: list[Sketch] = [build_sketch("sum", d, method, rank, seed) for d in levels]
 
     @property
     def rel_errors(self) -> list[float]:
@@ -81,9 +88,10 @@ class MaxTree:
         return x[:, 0]
 
 
-def make_tree(task: str, n: int, method: str, rank: int, seed: int, sigma_floor: float):
+def make_tree(task: str, n: int, method: str, rank: int, seed: int, sigma_floor: float, progress=_no_progress):
+    """`progress(iterable, total=, desc=, unit=)` wraps the per-level sketching (RunContext.progress in a run)."""
     if task == "sum_N":
-        return SumTree(n, method, rank, seed, sigma_floor)
+        return SumTree(n, method, rank, seed, sigma_floor, progress)
     return MaxTree(n, method, rank, seed)
 
 

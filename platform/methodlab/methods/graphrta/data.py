@@ -33,13 +33,14 @@ class DomainPair:
     tgt_test: torch.Tensor  # every method is scored here
 
 
-def _raw(cfg, data_seed: int) -> dict:
+def _raw(cfg, data_seed: int, progress) -> dict:
     if cfg.data == "csbm":
         from methodlab.data.graphrta_csbm import csbm_pair
 
         return csbm_pair(data_seed, cfg.n_source, cfg.n_target, cfg.n_features, cfg.n_classes, cfg.n_known,
                          cfg.deg_source, cfg.deg_target, cfg.homophily_source, cfg.homophily_target,
-                         cfg.shift_strength, cfg.shift_bias, cfg.mean_scale, cfg.unknown_noise, cfg.unknown_fraction)
+                         cfg.shift_strength, cfg.shift_bias, cfg.mean_scale, cfg.unknown_noise, cfg.unknown_fraction,
+                         progress=progress)
     if cfg.data == "wordnet":
         from methodlab.data.graphrta_wordnet import wordnet_open_set
 
@@ -91,9 +92,10 @@ def stratified_split(y: np.ndarray, frac: float, rng: np.random.Generator) -> tu
     return np.sort(np.concatenate(a)), np.sort(np.concatenate(b))
 
 
-def build_pair(cfg) -> DomainPair:
+def build_pair(cfg, progress=lambda items, **_: items) -> DomainPair:
+    """`progress` (RunContext.progress in a run) reports the 10^6-node generation step by step."""
     data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
-    raw = _raw(cfg, data_seed)
+    raw = _raw(cfg, data_seed, progress)
     k = raw["n_known"]
     xs, ys, es = raw["source"]
     xt, yt, et = raw["target"]

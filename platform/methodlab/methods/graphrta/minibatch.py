@@ -73,7 +73,7 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
     t0 = time.perf_counter()
     from methodlab.methods.graphrta.train import build_net
 
-    pair = build_pair(cfg)
+    pair = build_pair(cfg, ctx.progress)
     s, t, k = pair.source, pair.target, pair.n_known
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     net = build_net(cfg, s.x.shape[1], k)
@@ -99,7 +99,8 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
         seeds = tr[torch.randint(0, len(tr), (min(bs, len(tr)),), generator=gen)]
         return s_sampler.sample(seeds, s.x, s.y)
 
-    for step in range(1, cfg.pretrain_steps + 1):  # source pre-training, no early stopping (spec preset)
+    pre = ctx.progress(range(1, cfg.pretrain_steps + 1), total=cfg.pretrain_steps, desc="source pre-training", unit="batch")
+    for step in pre:  # source pre-training, no early stopping (spec preset)
         net.train()
         b = src_batch()
         z, lo = _forward(net, b, b.x, None)
@@ -153,7 +154,7 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
     steps = cfg.steps_per_epoch or math.ceil(t.num_nodes / bs)
     total = steps * cfg.adapt_epochs if cfg.adapts else 0
     u_buf = []
-    for step in range(1, total + 1):
+    for step in ctx.progress(range(1, total + 1), total=total, desc="adaptation + graph reprogramming", unit="batch"):
         net.train()
         coeff = cfg.grl_coeff * ((2 / (1 + math.exp(-10 * step / total)) - 1) if cfg.grl_ramp else 1.0)
         bsrc = src_batch()

@@ -1,7 +1,8 @@
-"""Serve GraphRTA: a graph in (node features + edge_index), K+1 labels out, with unknown flags. With
-`reprogram: true` the server first runs E' graph-reprogramming steps (Delta X and budgeted edge flips, model
-frozen) on the submitted graph. Malformed edge_index, out-of-range node ids and a wrong feature width answer
-FieldError (422). No threshold anywhere: `pred` is the argmax of the returned K+1 probabilities (a
+"""Serve GraphRTA: a graph in (node features + an edge list of [src, dst] pairs), K+1 labels out, with
+unknown flags. With `reprogram: true` the server first runs E' graph-reprogramming steps (Delta X and budgeted
+edge flips, model frozen) on the submitted graph. Out-of-range node ids and a wrong feature width answer
+FieldError (422). Node ids < n is the one condition a JSON schema cannot state: `violated_conditions` names it
+for a raw body, and the served schema's description states it. No threshold anywhere: `pred` is the argmax of the returned K+1 probabilities (a
 threshold-baseline checkpoint instead flags nodes whose max K-way probability is below its tau)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 from typing import Annotated
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.methods.graphrta import maths
@@ -19,14 +20,18 @@ from methodlab.methods.graphrta.evaluate import threshold_predict
 
 MAX_NODES, MAX_EDGES = 5000, 100_000
 Feature = Annotated[float, Field(ge=-1e6, le=1e6)]
+NodeId = Annotated[int, Field(ge=0, le=MAX_NODES - 1)]
+Edge = Annotated[list[NodeId], Field(min_length=2, max_length=2)]  # not a tuple: prefixItems is draft 2020-12 only
+EDGE_CONDITION = "every node id in `edges` is < n, the number of rows of `x`"
 
 
 class Input(BaseModel):
     model_config = ConfigDict(extra="forbid")
     x: list[list[Feature]] = Field(..., min_length=1, max_length=MAX_NODES,
                                    description="Node features [n, f]; f must equal the checkpoint's feature width.")
-    edge_index: list[list[int]] = Field(..., min_length=2, max_length=2,
-                                        description="[[src...], [dst...]], 0-based node ids < n; treated as undirected.")
+    edges: list[Edge] = Field(default_factory=list, max_length=MAX_EDGES,
+                              description="[[src, dst], ...]: 0-based node ids < n; undirected. "
+                                          "Empty: isolated nodes (features only).")
     reprogram: bool = Field(True, description="Run E' graph-reprogramming steps on this graph before predicting.")
     reprogram_steps: int | None = Field(None, ge=0, le=200, description="E'; None: the checkpoint's serve_reprogram_steps.")
     return_probs: bool = Field(True, description="Also return the K+1 probabilities per node.")
@@ -61,14 +66,30 @@ class Predictor:
         net.eval()
         return cls(cfg, net, f, k, maths.BetaMixture.from_state(ck.state["bmm"]), ck.state["info"].get("tau"))
 
+    def input_model(self) -> type[BaseModel]:
+        """This checkpoint's request: node feature rows of exactly its width f."""
+        row = Annotated[list[Feature], Field(min_length=self.f, max_length=self.f)]
+        return create_model(
+            "Input", __base__=Input,
+            __doc__=f"A graph of n nodes with {self.f} features each; {EDGE_CONDITION} (a condition JSON Schema "
+                    f"cannot state). Labels 0..{self.k - 1} are known classes, {self.k} is unknown.",
+            x=(list[row], Field(..., min_length=1, max_length=MAX_NODES, description=f"Node features [n, {self.f}].")))
+
+    @staticmethod
+    def violated_conditions(body: dict) -> list[str]:
+        """The schema description's conditions a raw request body breaks (what JSON Schema cannot check)."""
+        n = len(body.get("x") or [])
+        ids = [v for e in body.get("edges") or [] if isinstance(e, list) for v in e if isinstance(v, int)]
+        return [EDGE_CONDITION] if any(v >= n for v in ids) else []
+
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:
         from methodlab.data.graphrta_csbm import csbm_pair
 
         f = {"csbm": cfg.n_features, "wordnet": cfg.vocab_size}.get(cfg.data, 64)  # file data: width unknown here
         g = csbm_pair(1, 40, 40, n_features=f)["target"]
-        return [Input(x=g[0].tolist(), edge_index=g[2].tolist(), reprogram=True, reprogram_steps=5),
-                Input(x=g[0][:10].tolist(), edge_index=[[0, 1, 2], [1, 2, 3]], reprogram=False)]
+        return [Input(x=g[0].tolist(), edges=g[2].T.tolist(), reprogram=True, reprogram_steps=5),
+                Input(x=g[0][:10].tolist(), edges=[[0, 1], [1, 2], [2, 3]], reprogram=False)]
 
     def _check(self, i: int, item: Input):
         n = len(item.x)
@@ -77,20 +98,15 @@ class Predictor:
             raise FieldError(f"[{i}].x[{bad}]", f"has {len(item.x[bad])} features; this model takes {self.f}")
         if not all(math.isfinite(v) for r in item.x for v in r):
             raise FieldError(f"[{i}].x", "features must be finite")
-        src, dst = item.edge_index
-        if len(src) != len(dst):
-            raise FieldError(f"[{i}].edge_index", f"rows differ in length ({len(src)} vs {len(dst)})")
-        if len(src) > MAX_EDGES:
-            raise FieldError(f"[{i}].edge_index", f"at most {MAX_EDGES} edges")
-        for row, ids in (("0", src), ("1", dst)):
-            if ids and (min(ids) < 0 or max(ids) >= n):
-                raise FieldError(f"[{i}].edge_index[{row}]", f"node ids must lie in 0..{n - 1}")
+        for j, edge in enumerate(item.edges):
+            if min(edge) < 0 or max(edge) >= n:
+                raise FieldError(f"[{i}].edges[{j}]", f"node ids must lie in 0..{n - 1} (the graph has {n} nodes)")
 
     def _one(self, item: Input) -> Output:
         from methodlab.methods.graphrta.reprogram import GraphReprogram
 
         x = torch.tensor(item.x, dtype=torch.float32)
-        ei = torch.tensor(item.edge_index, dtype=torch.long).reshape(2, -1)
+        ei = torch.tensor(item.edges, dtype=torch.long).reshape(-1, 2).T
         ei = torch.cat([ei, ei.flip(0)], 1)
         key = torch.unique(torch.minimum(ei[0], ei[1]) * len(x) + torch.maximum(ei[0], ei[1]))
         key = key[key // len(x) != key % len(x)]

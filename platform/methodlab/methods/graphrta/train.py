@@ -133,7 +133,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
 
         return fit_neighbor(cfg, ctx)
     t0 = time.perf_counter()
-    pair = build_pair(cfg)
+    pair = build_pair(cfg, ctx.progress)
     k = pair.n_known
     net = build_net(cfg, pair.source.x.shape[1], k)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -71,7 +71,7 @@ def fit_constructive(cfg, ctx: RunContext) -> dict:
     """Setting 'constructive': no training. dim = constructive_dim or ceil(C * s * ln m)."""
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
-    data = build_data(cfg)
+    data = build_data(cfg, ctx.progress)
     dim = cfg.constructive_dim or theory_dim(data, cfg.constructive_c)
     f_raw, g = construct(data, dim, cfg.seed)
     thr = threshold_quality(f_raw, g, data, data.eval_q, cfg.constructive_threshold, cfg.eval_chunk)

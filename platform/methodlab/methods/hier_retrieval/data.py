@@ -35,11 +35,11 @@ class HRData:
         return int(self.sizes.max())
 
 
-def load_hierarchy(cfg) -> hier.Hierarchy:
+def load_hierarchy(cfg, progress=lambda items, **_: items) -> hier.Hierarchy:
     if cfg.data == "synthetic":
         h = hier.perfect_tree(cfg.branching, cfg.depth, cfg.dag_p, seed=cfg.seed)
     elif cfg.data == "wordnet":
-        h = hier.wordnet_nouns(cfg.wordnet_path)  # MissingSourceError (one line) when absent; no fallback
+        h = hier.wordnet_nouns(cfg.wordnet_path, progress=progress)  # MissingSourceError (one line) when absent
     else:
         h = hier.load_edge_list(cfg.edges_path, cfg.texts_path)
     if h.n > cfg.max_nodes:
@@ -66,9 +66,10 @@ def _cdf(p: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(c / c[-1])
 
 
-def build_data(cfg) -> HRData:
-    h = load_hierarchy(cfg)
-    q, d, dist = hier.relevant_pairs(h)
+def build_data(cfg, progress=lambda items, **_: items) -> HRData:
+    """`progress` (RunContext.progress in a run) reports the WordNet parse and the ancestor closure."""
+    h = load_hierarchy(cfg, progress)
+    q, d, dist = hier.relevant_pairs(h, progress)
     sizes = np.bincount(q, minlength=h.n)
     p = pair_probabilities(q, dist, h.n, sizes, cfg.pair_sampling, cfg.gamma)
     long = dist >= cfg.delta_long

@@ -62,7 +62,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         torch.set_num_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     device = pick_device(cfg)
-    data = build_data(cfg)
+    data = build_data(cfg, ctx.progress)
     full = use_full_softmax(cfg, data.m, device)
     model = DualEncoder(data.m, cfg.dim, cfg.std, cfg.shared_tables).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)

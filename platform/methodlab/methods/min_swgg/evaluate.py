@@ -10,9 +10,10 @@ import torch
 
 
 def exact_plan_cost(x: np.ndarray, y: np.ndarray) -> float:
-    n = len(x)
+    """W2^2 between uniform measures on x (n points) and y (m points)."""
+    n, m = len(x), len(y)
     M = ot.dist(x, y)  # squared Euclidean
-    return float(ot.emd2(np.full(n, 1 / n), np.full(n, 1 / n), M, numItermax=10_000_000))
+    return float(ot.emd2(np.full(n, 1 / n), np.full(m, 1 / m), M, numItermax=10_000_000))
 
 
 def random_search_cost(x: np.ndarray, y: np.ndarray, n_projections: int, seed: int) -> float:

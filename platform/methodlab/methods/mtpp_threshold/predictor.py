@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.methods.mtpp_threshold import tpp
@@ -29,7 +29,9 @@ class Event(BaseModel):
 
 class Input(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    history: list[Event] = Field(min_length=1, max_length=5000, description="Past events, times non-decreasing.")
+    history: list[Event] = Field(min_length=1, max_length=5000,
+                                 description="Past events; taken in time order (a stable sort by time), so the list order "
+                                             "does not matter and events with equal times keep their order.")
     n_time_samples: int = Field(32, ge=1, le=1000, description="Inverse-CDF samples for the expected gap.")
     return_distribution: bool = Field(False, description="Also return the time samples of the chosen mark.")
 
@@ -78,6 +80,17 @@ class Predictor:
         model.load_state_dict(ck.weights)
         return cls(model, cfg, meta)
 
+    def input_model(self) -> type[BaseModel]:
+        """This checkpoint's request: marks are its own 0..M-1; times any finite value (the history is sorted)."""
+        M = int(self.meta["n_marks"])
+        names = ", ".join(f"{j}={n}" for j, n in enumerate(self.meta["mark_names"]))
+        event = create_model("Event", __base__=Event,
+                             mark=(int, Field(ge=0, le=M - 1, description=f"Mark id of this model: {names}.")))
+        return create_model("Input", __base__=Input,
+                            __doc__=f"An event history of this model's {M} marks. Events are taken in time order "
+                                    "(stable sort by time); the answer is the next mark and the time to it.",
+                            history=(list[event], Input.model_fields["history"]))
+
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:
         h = [Event(time=t, mark=m) for t, m in ((0.5, 0), (1.2, 1), (1.9, 0), (2.4, 2))]
@@ -85,14 +98,9 @@ class Predictor:
 
     def _check(self, i: int, x: Input) -> None:
         M = int(self.meta["n_marks"])
-        prev = None
         for j, e in enumerate(x.history):
             if e.mark >= M:
                 raise FieldError(f"[{i}].history[{j}].mark", f"unknown mark {e.mark}: this model has marks 0..{M - 1}")
-            if prev is not None and e.time < prev:
-                raise FieldError(f"[{i}].history[{j}].time",
-                                 f"times must be non-decreasing (negative gap {e.time - prev:g} after the previous event)")
-            prev = e.time
 
     @torch.no_grad()
     def __call__(self, inputs: list[Input]) -> list[Output]:
@@ -101,8 +109,9 @@ class Predictor:
         return [self._one(x) for x in inputs]
 
     def _one(self, x: Input) -> Output:
-        t = np.array([e.time for e in x.history], dtype=np.float64)
-        marks = torch.tensor([[e.mark for e in x.history]], dtype=torch.long)
+        events = sorted(x.history, key=lambda e: e.time)  # a history is a set of events: time order, stable on ties
+        t = np.array([e.time for e in events], dtype=np.float64)
+        marks = torch.tensor([[e.mark for e in events]], dtype=torch.long)
         gaps = torch.zeros(1, len(t))
         gaps[0, 1:] = torch.from_numpy(np.diff(t).astype(np.float32))
         h = tpp.history_states(self.model, marks, gaps, self.stats)[:, -1]  # state after the last event

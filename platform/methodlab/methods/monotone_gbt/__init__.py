@@ -1,0 +1,21 @@
+"""Linear GBT with diffusion priors: generalising comparison-based preference learning while staying monotone
+(NeurIPS 2025)."""
+
+from methodlab.core.method import MethodSpec
+
+_PKG = "methodlab.methods.monotone_gbt"
+
+SPEC = MethodSpec(
+    slug="monotone_gbt",
+    title="LGBT-D: linear generalized Bradley-Terry with a graph-diffusion prior, with a monotonicity test",
+    paper="Linear GBT with Diffusion Priors: Generalizing while preserving monotonicity in comparison-based preference "
+          "learning models. NeurIPS 2025. arXiv 2506.08616",
+    config=f"{_PKG}.config:Config",
+    fit=f"{_PKG}.train:fit",
+    predictor=f"{_PKG}.predictor:Predictor",
+    reproduce=f"{_PKG}.reproduce:main",
+    settings={"gbt.fit": f"{_PKG}.train:fit", "gbt.sweep_synthetic": f"{_PKG}.jobs:sweep_synthetic",
+              "gbt.monotonicity_map": f"{_PKG}.jobs:monotonicity_map",
+              "gbt.monotonicity_check": f"{_PKG}.jobs:monotonicity_check", "gbt.cv_real": f"{_PKG}.jobs:cv_real"},
+    family="preference",
+)

@@ -1,0 +1,406 @@
+"""`methodlab reproduce more_longtail`: the spec's acceptance experiment on digits-LT IF 100 (jobs/more_longtail/
+digits_lt.yaml): 9 arms (CE / LA / BS, each plain, low-rank alpha = 0 control, + MORE) x 5 seeds (0-4), every run
+through the method's own `fit`. The uncalibrated thresholds are first measured on development seeds 10, 11, 12
+(reported in their own section, never used for PASS/FAIL). Writes reports/more_longtail.md (per seed and mean, All /
+Many / Medium / Few, the mechanism checks, PASS/FAIL per claim, 95 % bootstrap intervals as information) and
+reports/more_longtail.png. `--full` adds the Fashion-MNIST-LT report row (CE control vs CE + MORE, 3 seeds).
+Every finished fit is cached (results/more_longtail-reproduce/*.jsonl), so an interrupted run resumes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+SEEDS = (0, 1, 2, 3, 4)
+DEV_SEEDS = (10, 11, 12)
+FMNIST_SEEDS = (0, 1, 2)
+LOSSES = ("ce", "la", "bs")
+ARMS = ("plain", "control", "more")
+JOB = "jobs/more_longtail/digits_lt.yaml"
+FMNIST_JOB = "jobs/more_longtail/fmnist_lt.yaml"
+ABLATION = (("a = 0.5, sin", {"amplitude": 0.5}), ("a = 8, sin", {"amplitude": 8.0}),
+            ("a = 2, const", {"schedule": "const"}), ("a = 2, sin per step", {"schedule_unit": "step"}))
+KEYS = ("eval/balanced_acc", "eval/acc_many", "eval/acc_medium", "eval/acc_few")
+# spec bars (uncalibrated, kept as written): (loss, overall margin, Few margin)
+BARS = {"ce": (1.0, 3.0), "la": (-0.3, 2.0)}
+RATIO_BAR = 1.5
+ANCHORS = [("CIFAR-100-LT IF100", "top-1", "CE", "~38-40", "common reimplementations"),
+           ("CIFAR-100-LT IF100", "top-1", "Logit adjustment", "43.9", "reported by LA authors"),
+           ("CIFAR-100-LT IF100", "top-1", "Balanced softmax", "45.1", "reported"),
+           ("CIFAR-100-LT IF100", "top-1", "MORE + base loss", "n/a (not recovered)", "gains reported on Medium/Few")]
+
+
+def base_config(job: str) -> dict:
+    from methodlab.specs.files import load_job
+
+    return load_job(job).config.model_dump(mode="json")
+
+
+def arm_config(base: dict, loss: str, arm: str, seed: int, extra: dict | None = None) -> dict:
+    more = dict(base.get("more", {}))
+    more.update(enabled=arm != "plain", alpha_zero_control=arm == "control")
+    return {**base, **(extra or {}), "seed": seed, "base_loss": loss, "more": more}
+
+
+def run_one(job: dict) -> dict:
+    import torch
+
+    from methodlab.core import RunContext
+    from methodlab.methods.more_longtail.config import Config
+    from methodlab.methods.more_longtail.train import fit
+
+    torch.set_num_threads(1)
+    cfg = Config(**job["config"])
+    ctx = RunContext(quiet=True)
+    t0 = time.perf_counter()
+    final = fit(cfg, ctx)
+    return {"key": job["key"], "set": job["set"], "loss": cfg.base_loss, "arm": cfg.arm, "seed": cfg.seed,
+            "final": final, "wall_s": time.perf_counter() - t0}
+
+
+def _jobs(name: str, base: dict, seeds, losses, arms, extra: dict) -> list[dict]:
+    out = []
+    for s in seeds:
+        for loss in losses:
+            for arm in arms:
+                cfg = arm_config(base, loss, arm, s, extra)
+                out.append({"set": name, "config": cfg, "key": json.dumps({"set": name, **cfg}, sort_keys=True)})
+    return out
+
+
+def _run_all(jobs, cache: Path, workers: int, log) -> list[dict]:
+    done: dict = {}
+    _run_all.last_n = 0
+    if cache.exists():
+        for line in cache.read_text().splitlines():
+            r = json.loads(line)
+            done[r["key"]] = r
+    todo = [j for j in jobs if j["key"] not in done]
+    _run_all.last_n = len(todo)
+    if todo:
+        log(f"{len(todo)} fits to run ({len(jobs) - len(todo)} cached) on {workers} worker(s)")
+        with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+            futs = [pool.submit(run_one, j) for j in todo]
+            for k, fut in enumerate(as_completed(futs), 1):
+                r = fut.result()
+                done[r["key"]] = r
+                with open(cache, "a") as fh:
+                    fh.write(json.dumps(r) + "\n")
+                log(f"  [{k}/{len(todo)}] {r['set']} {r['loss']}/{r['arm']} seed {r['seed']}: "
+                    f"bal. acc {100 * r['final']['eval/balanced_acc']:.1f} ({r['wall_s']:.1f} s)")
+    return [done[j["key"]] for j in jobs]
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+def _vals(rs, loss, arm, key, seeds):
+    by = {r["seed"]: r for r in rs if r["loss"] == loss and r["arm"] == arm}
+    return np.array([float(by[s]["final"].get(key, float("nan"))) for s in seeds if s in by])
+
+
+def bootstrap_ci(diffs: np.ndarray, n: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile interval of the mean of the paired per-seed differences (n resamples)."""
+    diffs = np.asarray(diffs, dtype=float)
+    if len(diffs) == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = diffs[rng.integers(0, len(diffs), size=(n, len(diffs)))].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
+
+
+def _f(v, nd=2) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{nd}f}"
+
+
+def _table(header, rows) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
+def comparisons(rs, seeds) -> list[dict]:
+    """MORE vs its matched control per base loss: mean differences (points), bootstrap intervals, bars."""
+    out = []
+    for loss in LOSSES:
+        d_all = 100 * (_vals(rs, loss, "more", KEYS[0], seeds) - _vals(rs, loss, "control", KEYS[0], seeds))
+        d_few = 100 * (_vals(rs, loss, "more", KEYS[3], seeds) - _vals(rs, loss, "control", KEYS[3], seeds))
+        out.append({"loss": loss, "d_all": float(d_all.mean()) if len(d_all) else float("nan"),
+                    "d_few": float(d_few.mean()) if len(d_few) else float("nan"),
+                    "ci_all": bootstrap_ci(d_all), "ci_few": bootstrap_ci(d_few),
+                    "per_seed_all": d_all.tolist(), "per_seed_few": d_few.tolist()})
+    return out
+
+
+def mechanism(rs, seeds) -> dict:
+    """Per seed: (1) step-0 max |z_full - z_gen| (arms with the split), (2) max merge difference, (3) Few/Many
+    discrepancy ratio of MORE and of its control, per base loss."""
+    m = {"step0": max(float(r["final"]["check/step0_max_diff"]) for r in rs if r["arm"] != "plain"),
+         "merge": max(float(r["final"]["check/merge_max_diff"]) for r in rs if r["arm"] != "plain"), "ratio": {}}
+    for loss in LOSSES:
+        m["ratio"][loss] = {"more": _vals(rs, loss, "more", "eval/disc_ratio", seeds).tolist(),
+                            "control": _vals(rs, loss, "control", "eval/disc_ratio", seeds).tolist()}
+    return m
+
+
+def _arm_rows(rs, seeds):
+    rows = []
+    for loss in LOSSES:
+        for arm in ARMS:
+            v = {k: _vals(rs, loss, arm, k, seeds) for k in KEYS}
+            if not len(v[KEYS[0]]):
+                continue
+            ratio = _vals(rs, loss, arm, "eval/disc_ratio", seeds)
+            rows.append([f"{loss.upper()} {arm}", " / ".join(_pct(x) for x in v[KEYS[0]]),
+                         *[_pct(float(np.mean(v[k]))) for k in KEYS],
+                         " / ".join(_pct(x) for x in v[KEYS[3]]),
+                         "-" if arm == "plain" else _f(float(np.nanmean(ratio)) if len(ratio) else float("nan"))])
+    return rows
+
+
+ARM_HEADER = ["arm", "balanced acc per seed", "All (mean)", "Many", "Medium", "Few", "Few per seed",
+              "disc ratio Few/Many (mean)"]
+
+
+def _claims(rs, seeds):
+    comp = {c["loss"]: c for c in comparisons(rs, seeds)}
+    mech = mechanism(rs, seeds)
+    claims = []
+    claims.append(("(1) step-0 full logits == general logits (B = 0), every run", "max diff == 0",
+                   f"{mech['step0']:.2e}", mech["step0"] <= 1e-7))
+    claims.append(("(2) merged logits == unmerged full logits, every run", "max diff <= 1e-5",
+                   f"{mech['merge']:.2e}", mech["merge"] <= 1e-5))
+    for loss in LOSSES:
+        mo, co = mech["ratio"][loss]["more"], mech["ratio"][loss]["control"]
+        ok = bool(mo) and all(a >= RATIO_BAR and a > b for a, b in zip(mo, co))
+        claims.append((f"(3) {loss.upper()}+MORE: disc ratio Few/Many >= {RATIO_BAR} and > control, every seed",
+                       f">= {RATIO_BAR} and > control", " / ".join(f"{a:.2f} vs {b:.2f}" for a, b in zip(mo, co)), ok))
+    for loss, (bar_all, bar_few) in BARS.items():
+        c = comp[loss]
+        claims.append((f"{loss.upper()}+MORE vs {loss.upper()} control: balanced acc (points, mean)", f">= {bar_all:+.1f}",
+                       f"{c['d_all']:+.2f} (95 % CI {c['ci_all'][0]:+.2f} .. {c['ci_all'][1]:+.2f})", c["d_all"] >= bar_all))
+        claims.append((f"{loss.upper()}+MORE vs {loss.upper()} control: Few-class acc (points, mean)", f">= {bar_few:+.1f}",
+                       f"{c['d_few']:+.2f} (95 % CI {c['ci_few'][0]:+.2f} .. {c['ci_few'][1]:+.2f})", c["d_few"] >= bar_few))
+    c = comp["bs"]
+    claims.append(("BS+MORE vs BS control: balanced acc / Few (reported, not gated)", "-",
+                   f"{c['d_all']:+.2f} (CI {c['ci_all'][0]:+.2f} .. {c['ci_all'][1]:+.2f}) / {c['d_few']:+.2f} "
+                   f"(CI {c['ci_few'][0]:+.2f} .. {c['ci_few'][1]:+.2f})", None))
+    return claims, comp, mech
+
+
+def _plot(rs, seeds, path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    labels, xs = [], np.arange(len(KEYS))
+    w = 0.8 / 9
+    k = 0
+    for loss in LOSSES:
+        for arm in ARMS:
+            v = [100 * float(np.mean(_vals(rs, loss, arm, key, seeds))) for key in KEYS]
+            axes[0].bar(xs + (k - 4) * w, v, w, label=f"{loss.upper()} {arm}")
+            k += 1
+    axes[0].set_xticks(xs, ["All", "Many", "Medium", "Few"])
+    axes[0].set_ylabel("test accuracy (%)")
+    axes[0].set_title(f"digits-LT IF 100, mean of seeds {list(seeds)}")
+    axes[0].set_ylim(0, 125)
+    axes[0].legend(fontsize=7, ncol=3, loc="upper right")
+    for j, loss in enumerate(LOSSES):
+        for arm, mk in (("control", "o"), ("more", "s")):
+            r = _vals(rs, loss, arm, "eval/disc_ratio", seeds)
+            axes[1].scatter(np.full(len(r), j) + (0.15 if arm == "more" else -0.15), r, marker=mk,
+                            label=f"{arm}" if j == 0 else None, color="C1" if arm == "more" else "C0")
+    axes[1].axhline(RATIO_BAR, color="grey", ls="--", lw=1)
+    axes[1].set_xticks(range(3), [x.upper() for x in LOSSES])
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("Few / Many mean ||z_full - z_gen||^2 (test)")
+    axes[1].set_title("mechanism check (3), per seed")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, full: bool = False) -> str:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    quiet = os.environ.get("METHODLAB_QUIET") == "1"
+    log = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
+    storage = Path(os.environ.get("METHODLAB_STORAGE", "results")) / "more_longtail-reproduce"
+    storage.mkdir(parents=True, exist_ok=True)
+    base = base_config(JOB)
+    extra = {"log_every": 1000, "checkpoint_every": 1000}
+    seeds, dev = (SEEDS[:1], DEV_SEEDS[:1]) if quick else (SEEDS, DEV_SEEDS)
+    if quick:
+        extra["epochs"] = 40
+    tag = "quick" if quick else "runs"
+    walls_path = storage / f"{tag}_walls.json"  # wall time of each phase when its fits actually ran (cache-proof)
+    walls = json.loads(walls_path.read_text()) if walls_path.exists() else {}
+
+    def phase(name, t_start, n_run):
+        if n_run:
+            walls[name] = walls.get(name, 0.0) + time.perf_counter() - t_start
+            walls_path.write_text(json.dumps(walls))
+
+    t0 = time.perf_counter()
+    log("calibration: development seeds " + str(list(dev)))
+    dev_rs = _run_all(_jobs("dev", base, dev, LOSSES, ARMS, extra), storage / f"{tag}_dev.jsonl", workers, log)
+    phase("dev", t0, _run_all.last_n)
+    log("reported seeds " + str(list(seeds)))
+    t1 = time.perf_counter()
+    rs = _run_all(_jobs("digits", base, seeds, LOSSES, ARMS, extra), storage / f"{tag}.jsonl", workers, log)
+    phase("digits", t1, _run_all.last_n)
+    fm_rs, ab_rs = [], []
+    if full:
+        t2 = time.perf_counter()
+        log("ablation (development seeds, CE): amplitude and schedule")
+        ab_jobs = []
+        for name, more in ABLATION:
+            b = {**base, "more": {**base["more"], **more}}
+            for j in _jobs("ablation", b, dev, ("ce",), ("more",), extra):
+                j["variant"] = name
+                ab_jobs.append(j)
+        ab_rs = _run_all(ab_jobs, storage / f"{tag}_ablation.jsonl", workers, log)
+        n_full = _run_all.last_n
+        for r, j in zip(ab_rs, ab_jobs):
+            r["variant"] = j["variant"]
+        fbase = base_config(FMNIST_JOB)
+        fextra = {"log_every": 1000, "checkpoint_every": 1000, **({"epochs": 2} if quick else {})}
+        fm_rs = _run_all(_jobs("fmnist", fbase, FMNIST_SEEDS[:1] if quick else FMNIST_SEEDS, ("ce",), ("control", "more"), fextra),
+                         storage / f"{tag}_fmnist.jsonl", workers, log)
+        phase("full", t2, n_full + _run_all.last_n)
+    path = _report(out, rs, dev_rs, fm_rs, seeds, dev, quick, workers, base, extra, walls, ab_rs)
+    return str(path)
+
+
+def _why_section(rs, seeds) -> list[str]:
+    """The sizes behind the result: absolute discrepancies (not only their ratio) and the final training loss."""
+    rows = []
+    for loss in ("ce", "la"):
+        for arm in ("control", "more"):
+            g = lambda k: float(np.nanmean(_vals(rs, loss, arm, k, seeds)))  # noqa: E731
+            rows.append([f"{loss.upper()} {arm}", f"{g('eval/disc_many'):.3g}", f"{g('eval/disc_few'):.3g}",
+                         f"{g('train/loss_task'):.3g}", f"{100 * g(KEYS[3]):.1f}"])
+    gap = max(float(np.max(np.abs(_vals(rs, l, "more", KEYS[0], seeds) - _vals(rs, l, "plain", KEYS[0], seeds))))
+              for l in ("ce", "la"))
+    return ["## Why the accuracy margins are missed (reported seeds, means)", "",
+            _table(["arm", "mean squared logit change due to B A, Many test", "same, Few test", "final training task loss",
+                    "Few acc %"], rows), "",
+            "The ratio check (3) passes because MORE shrinks the low-rank part's effect on head-class inputs, but "
+            "on these inputs it shrinks it everywhere: the squared logit change due to B A falls from about 2-8 "
+            "(control) to about 1e-4 or less, on Few-class inputs too, so the trained MORE network is, to within "
+            "about 0.01 logits, its general part W_g alone, and its balanced accuracy is within "
+            f"{100 * gap:.1f} points of the plain network's on every seed. The training task loss is about 1e-3 in every arm (294 images are fitted exactly), so extra "
+            "capacity for the tail cannot lower the training loss further, and the Few-class errors are "
+            "generalisation errors from 1-3 training images per class that neither arm's capacity addresses; "
+            "logit adjustment, which moves the decision bias, gains about 20 Few-class points instead.", ""]
+
+
+def _mins(walls: dict, key: str) -> str:
+    return f"{walls[key] / 60:.1f} min" if key in walls else "n/a (not recorded)"
+
+
+def _ablation_section(ab_rs, dev_rs, dev) -> list[str]:
+    """CE + MORE variants vs the CE control on the development seeds (the reason behind a missed margin)."""
+    ctrl_all = _vals(dev_rs, "ce", "control", KEYS[0], dev)
+    ctrl_few = _vals(dev_rs, "ce", "control", KEYS[3], dev)
+    rows = [["CE control (alpha = 0)", _pct(float(np.mean(ctrl_all))), _pct(float(np.mean(ctrl_few))), "-", "-",
+             _f(float(np.nanmean(_vals(dev_rs, "ce", "control", "eval/disc_ratio", dev))))]]
+    variants = [("a = 2.0, sin (default)", None)] + [(n, n) for n, _ in ABLATION]
+    for label, name in variants:
+        sub = dev_rs if name is None else [r for r in ab_rs if r.get("variant") == name]
+        a = _vals(sub, "ce", "more", KEYS[0], dev)
+        f = _vals(sub, "ce", "more", KEYS[3], dev)
+        if not len(a):
+            continue
+        ratio = _vals(sub, "ce", "more", "eval/disc_ratio", dev)
+        rows.append([f"CE + MORE, {label}", _pct(float(np.mean(a))), _pct(float(np.mean(f))),
+                     f"{100 * float(np.mean(a - ctrl_all)):+.2f}", f"{100 * float(np.mean(f - ctrl_few)):+.2f}",
+                     _f(float(np.nanmean(ratio)))])
+    return ["## Amplitude / schedule experiment (development seeds " + str(list(dev)) + ", CE; `--full`)", "",
+            "Does another amplitude or schedule of the same implementation reach the CE margins? Same data, model "
+            "and optimiser as the acceptance run; only `more.amplitude` / `more.schedule` change. Not gated.", "",
+            _table(["arm", "All", "Few", "All - control", "Few - control", "disc ratio"], rows), ""]
+
+
+def _report(out, rs, dev_rs, fm_rs, seeds, dev, quick, workers, base, extra, walls, ab_rs=()):
+    claims, comp, mech = _claims(rs, seeds)
+    dclaims, dcomp, dmech = _claims(dev_rs, dev)
+    png = out / "more_longtail.png"
+    _plot(rs, seeds, png)
+    fit_walls = [r["wall_s"] for r in rs]
+    verdict = lambda ok: "reported" if ok is None else ("PASS" if ok else "FAIL")  # noqa: E731
+    lines = [
+        "# more_longtail (MORE, model rebalancing) reproduction", "",
+        f"digits-LT IF = 100 (sklearn `load_digits`: 294 training images, 500 balanced test images), MLP "
+        f"64-256-256-10, all Linear layers wrapped with r = {base['more']['rank']}, SGD lr {base['lr']} / momentum "
+        f"{base['momentum']} / wd {base['weight_decay']}, batch {base['batch_size']}, "
+        f"{extra.get('epochs', base['epochs'])} epochs, alpha(t) = a C sin(pi t / T) with a = "
+        f"{base['more']['amplitude']} (verify), t = epoch. Config: `{JOB}` (+ base_loss / more.enabled / "
+        f"more.alpha_zero_control per arm). Many / Medium / Few = top 3 / middle 4 / bottom 3 classes by training "
+        f"count (120, 71, 43 / 25, 15, 9, 5 / 3, 2, 1 images)." + (" QUICK: reduced, not the acceptance run." if quick else ""),
+        "",
+        f"Reported seeds {list(seeds)}; development seeds {list(dev)} (calibration, below) were run first. "
+        f"{len(rs)} + {len(dev_rs)} fits on {workers} worker process(es), 1 torch thread each. Wall time of each "
+        f"phase when its fits ran: calibration {_mins(walls, 'dev')}, reported seeds {_mins(walls, 'digits')}"
+        + (f", `--full` extras (amplitude/schedule experiment + Fashion-MNIST-LT) {_mins(walls, 'full')}" if fm_rs else "") + f". Per fit (reported seeds): mean {np.mean(fit_walls):.1f} "
+        f"s, max {np.max(fit_walls):.1f} s, summed {sum(fit_walls) / 60:.1f} min. The machine's 2 cores were shared "
+        "with other jobs (load average 15-36 during these runs), so these times are several times an idle machine's.", "",
+        "## Claims (reported seeds; PASS/FAIL on the 5-seed means, the spec's bars unchanged)", "",
+        _table(["claim", "spec bar", "measured", "result"], [[c, b, v, verdict(ok)] for c, b, v, ok in claims]), "",
+        "Differences are MORE minus its matched control (same low-rank split, alpha = 0), in accuracy points; the "
+        "95 % interval is the percentile bootstrap of the mean of the 5 paired per-seed differences (10,000 "
+        "resamples), information only.", "",
+        "## Arms (reported seeds), balanced test accuracy %", "",
+        _table(ARM_HEADER, _arm_rows(rs, seeds)), "",
+        "Per-seed MORE - control differences (points): " + "; ".join(
+            f"{c['loss'].upper()} All {', '.join(f'{x:+.1f}' for x in c['per_seed_all'])} | Few "
+            f"{', '.join(f'{x:+.1f}' for x in c['per_seed_few'])}" for c in comp.values()) + ".", "",
+        f"![accuracy by group and mechanism check]({png.name})", "",
+        "## Calibration on development seeds " + str(list(dev)) + " (measured before the reported seeds; not gated)", "",
+        _table(["claim", "spec bar", "measured (dev seeds)", "would be"], [[c, b, v, verdict(ok)] for c, b, v, ok in dclaims]), "",
+        _table(ARM_HEADER, _arm_rows(dev_rs, dev)), "",
+        "The uncalibrated bars (+1.0 / +3 points for CE, -0.3 / +2 points for LA, the 1.5x discrepancy ratio) are "
+        "kept as the spec writes them; the measured figures above are what the first implementation found.", "",
+    ]
+    lines += _why_section(rs, seeds)
+    lines += ["Logit adjustment with tau = 1 and balanced softmax are the same loss (softmax over n_j exp(z_j) is the "
+              "softmax of z + log pi, the constant log N cancels), so with the same seeds their rows coincide run for "
+              "run; both are kept because the spec names both arms.", ""]
+    if ab_rs:
+        lines += _ablation_section(ab_rs, dev_rs, dev)
+    if fm_rs:
+        fs = sorted({r["seed"] for r in fm_rs})
+        rows = []
+        for arm in ("control", "more"):
+            v = {k: _vals(fm_rs, "ce", arm, k, fs) for k in KEYS}
+            w = [r["wall_s"] for r in fm_rs if r["arm"] == arm]
+            rows.append([f"CE {arm}", " / ".join(_pct(x) for x in v[KEYS[0]]),
+                         *[_pct(float(np.nanmean(v[k])) if len(v[k]) else float("nan")) for k in KEYS],
+                         _f(float(np.nanmean(_vals(fm_rs, "ce", arm, "eval/disc_ratio", fs)))), f"{np.mean(w):.0f}"])
+        lines += ["## Fashion-MNIST-LT IF 100 (report row, not gated; `--full`)", "",
+                  "14,886 training images (6000 ... 60), the 10,000 balanced test images, MLP 784-256-256-10 with all "
+                  "Linear layers wrapped (r = 8), 30 epochs, batch 128 (`jobs/more_longtail/fmnist_lt.yaml`); Many / "
+                  "Medium / Few with the paper's fixed cut-offs (>100 / 20-100 / <20 training images: 8 / 2 / 0 "
+                  "classes, so Few is n/a).", "",
+                  _table(["arm", "balanced acc per seed", "All", "Many", "Medium", "Few", "disc ratio", "s per run"], rows), ""]
+    else:
+        lines += ["Fashion-MNIST-LT report row: not run in this invocation (`methodlab reproduce more_longtail --full`).", ""]
+    lines += ["## Published anchors (ResNet-32, CIFAR-100-LT IF 100, top-1 %)", "",
+              _table(["dataset", "metric", "method", "paper", "note"], [list(a) for a in ANCHORS]), "",
+              "MORE's own table values were not recovered (spec): its paper column reads n/a (not recovered); the "
+              "platform does not run CIFAR here (no CIFAR files ship), `jobs/more_longtail/cifar_lt.yaml` runs it on "
+              "a user's binary-version files.", ""]
+    path = out / "more_longtail.md"
+    path.write_text("\n".join(lines))
+    return path

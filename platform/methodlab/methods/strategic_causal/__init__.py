@@ -1,0 +1,21 @@
+"""Causal strategic classification: best responses through a contribution matrix, causal-aware designs that
+induce desirable effort, and effort under uncertainty (Efthymiou, Podimata, Sen, Ziani; NeurIPS 2025)."""
+
+from methodlab.core.method import MethodSpec
+
+_PKG = "methodlab.methods.strategic_causal"
+
+SPEC = MethodSpec(
+    slug="strategic_causal",
+    title="Strategic classification with causal features: best responses, causal-aware designs, effort under uncertainty",
+    paper="Efthymiou, Podimata, Sen, Ziani. Incentivizing Desirable Effort Profiles in Strategic Classification: "
+          "The Role of Causality and Uncertainty. NeurIPS 2025. arXiv 2502.06749",
+    config=f"{_PKG}.config:Config",
+    fit=f"{_PKG}.train:fit",
+    predictor=f"{_PKG}.predictor:Predictor",
+    reproduce=f"{_PKG}.reproduce:main",
+    settings={"best_response": f"{_PKG}.train:fit_best_response",
+              "uncertainty_sweep": f"{_PKG}.train:fit_uncertainty_sweep",
+              "audit": f"{_PKG}.train:fit_audit"},
+    family="causal",
+)

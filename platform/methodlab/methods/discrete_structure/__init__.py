@@ -13,6 +13,7 @@ SPEC = MethodSpec(
     predictor=f"{_PKG}.predictor:Predictor",
     reproduce=f"{_PKG}.reproduce:main",
     settings={"simulate": f"{_PKG}.simulate:fit_simulate",
+              "benchmark": f"{_PKG}.benchmark:fit_benchmark",
               "equivalence_class": f"{_PKG}.train:fit_equivalence_class"},
     family="causal",
 )

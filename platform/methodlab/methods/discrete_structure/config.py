@@ -82,6 +82,16 @@ class Config(MethodConfig):
     export_dir: str | None = Field(None, description="simulate setting: also write train.csv, heldout.csv, truth.csv here.")
     max_mec_dags: int = Field(1000, ge=1, le=100_000, description="equivalence_class setting: list at most this many DAGs.")
 
+    # --- benchmark setting -----------------------------------------------------------------------
+    bench_mechanisms: list[Literal["random_cpt", "logistic", "noisy_or", "xor"]] = Field(
+        ["random_cpt", "logistic"], min_length=1, description="benchmark setting: mechanisms of the grid.")
+    bench_d: list[int] = Field([8], min_length=1, description="benchmark setting: numbers of nodes.")
+    bench_n: list[int] = Field([5000], min_length=1, description="benchmark setting: sample sizes.")
+    bench_seeds: list[int] = Field([0, 1, 2], min_length=1, description="benchmark setting: seeds.")
+    bench_models: list[Literal["mvb", "logistic", "pc", "ges"]] = Field(
+        ["mvb", "logistic", "pc", "ges"], min_length=1,
+        description="benchmark setting: mvb (the job's K), logistic (K=1, same path), pc, ges.")
+
     # --- logging ------------------------------------------------------------------------------------
     log_every: int = Field(1000, ge=1, description="Steps between reports.")
     checkpoint_every: int = Field(5000, ge=1, description="Steps between checkpoints (and at every stage end).")

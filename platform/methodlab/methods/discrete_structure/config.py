@@ -68,6 +68,10 @@ class Config(MethodConfig):
     h_tol: float = Field(1e-8, gt=0.0, description="NOTEARS: stop when h <= h_tol.")
     max_outer: int = Field(20, ge=1, le=100, description="NOTEARS: outer (dual) iterations.")
 
+    restarts: int = Field(1, ge=1, le=50, description="[RECON] Multi-start: restart the path from random-order "
+                          "initialisations and keep the lowest penalised objective (refit BCE + lambda*pen); 1 = single run.")
+    init_scale: float = Field(0.5, ge=0.0, le=10.0, description="[RECON] Std of the main-effect initialisation of restarts.")
+
     # --- two-stage (BiNOTEARS) ----------------------------------------------------------------------
     two_stage: Literal["auto", "on", "off"] = Field("auto", description="auto: on when d > 12.")
     stage1: Literal["mvb_lowK", "dagma_interactions", "notears_mlp_bce"] = Field(

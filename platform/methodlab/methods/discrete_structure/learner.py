@@ -67,11 +67,22 @@ def score(prob: Problem, B, b, lam: float, pen: str, delta: float, l2: float):
     return loss, reg, W
 
 
-def new_state(prob: Problem, lr: float) -> PathState:
+def new_state(prob: Problem, lr: float, init_seed: int | None = None, init_scale: float = 0.5, step: int = 0) -> PathState:
+    """Zero start, or (multi-start) main effects k -> j drawn N(0, init_scale^2) along a random order, so each
+    restart begins inside a different orientation basin."""
     F_ = len(prob.subs)
     B = torch.zeros(F_, prob.d, dtype=torch.float64)
     b = torch.zeros(prob.d, dtype=torch.float64)
-    return PathState(B=B, b=b, lr=lr, B0=B.clone(), b0=b.clone())
+    if init_seed is not None:
+        g = np.random.default_rng(init_seed)
+        pos = {int(v): i for i, v in enumerate(g.permutation(prob.d))}
+        for f, sub in enumerate(prob.subs):
+            if len(sub) == 1:
+                k = sub[0]
+                for j in range(prob.d):
+                    if prob.mask[f, j] and pos[k] < pos[j]:
+                        B[f, j] = init_scale * g.standard_normal()
+    return PathState(B=B, b=b, lr=lr, B0=B.clone(), b0=b.clone(), step=step)
 
 
 def _stage_plan(cfg) -> list[tuple[float, float, int]]:
@@ -183,8 +194,12 @@ def _sync(st: PathState, B, b, opt) -> None:
 
 
 def weights(prob: Problem, st: PathState) -> np.ndarray:
+    return weights_of(prob, st.B)
+
+
+def weights_of(prob: Problem, B: torch.Tensor) -> np.ndarray:
     with torch.no_grad():
-        W = M.group_weights(st.B * prob.mask, prob.mem, prob.scale)
+        W = M.group_weights(B * prob.mask, prob.mem, prob.scale)
     W = W.numpy().copy()
     W[W < 1e-5] = 0.0
     return W
@@ -227,6 +242,15 @@ def refit(x: np.ndarray, dag: np.ndarray, K: int, steps: int = 200, l2: float = 
 
         opt.step(closure)
     return subs, mask, (B * prob.mask).detach(), b.detach()
+
+
+def selection_objective(x: np.ndarray, dag: np.ndarray, K: int, cfg) -> float:
+    """F at a thresholded solution: training BCE of the refit on the DAG + lambda * sum rho_delta(W_refit)."""
+    subs, mask, B, b = refit(x, dag, K, cfg.refit_steps)
+    nll = -float(loglik_rows(x, subs, B, b).mean())
+    with torch.no_grad():
+        W = M.group_weights(B, M.membership(subs, x.shape[1]))
+    return nll + cfg.lam * float(M.penalty(W, cfg.penalty, cfg.delta))
 
 
 def loglik_rows(x: np.ndarray, subs, B: torch.Tensor, b: torch.Tensor) -> np.ndarray:

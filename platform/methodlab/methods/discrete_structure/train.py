@@ -75,6 +75,7 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
     K = cfg.order(d)
 
     st, candidates, elapsed0 = None, None, 0.0
+    restart, best = 0, None  # best = (F, B, b, restart)
     if ctx.checkpoint is not None:
         ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
         p = ck.extras["path"]
@@ -83,6 +84,9 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
                                step=p["step"], lr=p["lr"], prev_obj=p["prev_obj"], B0=ck.weights["B0"].double(),
                                b0=ck.weights["b0"].double(), rho=p["rho"], alpha=p["alpha"], h_prev=p["h_prev"],
                                opt_state=(ck.torch_state or {}).get("optimizer"), done=p["done"])
+        restart = int(p.get("restart", 0))
+        if p.get("best_F") is not None:
+            best = (p["best_F"], ck.weights["best_B"].double(), ck.weights["best_b"].double(), p["best_restart"])
         elapsed0 = float(p.get("elapsed", 0.0))
         ctx.history[:] = list(ck.extras.get("history", []))
     elif cfg.use_two_stage(d):
@@ -94,12 +98,15 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
     def path_extras(s: learner.PathState) -> dict:
         return {"candidates": candidates, "stage": s.stage, "k": s.k, "step": s.step, "lr": s.lr, "prev_obj": s.prev_obj,
                 "rho": s.rho, "alpha": s.alpha, "h_prev": s.h_prev if np.isfinite(s.h_prev) else 1e300,
-                "done": s.done, "elapsed": elapsed0 + time.perf_counter() - t0}
+                "done": s.done, "elapsed": elapsed0 + time.perf_counter() - t0, "restart": restart,
+                "best_F": None if best is None else best[0], "best_restart": None if best is None else best[3]}
 
     def writer(s: learner.PathState, metrics: dict, final_tensors=None, model=None):
         def write(dd: Path) -> None:
             w = {"B": s.B, "b": s.b, "B0": s.B0 if s.B0 is not None else s.B, "b0": s.b0 if s.b0 is not None else s.b,
                  "mask": prob.mask, **(final_tensors or {})}
+            if best is not None:
+                w.update(best_B=best[1], best_b=best[2])
             extras = {"path": path_extras(s), "history": ctx.history, "subs": [list(t) for t in prob.subs]}
             if model is not None:
                 extras["model"] = model
@@ -112,20 +119,34 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
         if not info.get("stage_end") and s.step % cfg.log_every and s.step % cfg.checkpoint_every:
             return
         W = learner.weights(prob, s)
-        metrics = {"step": s.step, "stage": s.stage, "train/n_edges_above_omega": float((W > cfg.omega).sum()),
+        metrics = {"step": s.step, "stage": s.stage, "restart": restart,
+                   "train/n_edges_above_omega": float((W > cfg.omega).sum()),
                    **{k: v for k, v in info.items() if k != "stage_end"}}
         save = info.get("stage_end") or s.step % cfg.checkpoint_every == 0
         ctx.report(metrics, checkpoint=writer(s, metrics) if save else None)
 
-    if not st.done:
-        run = learner.run_dagma if cfg.acyclicity == "dagma" else learner.run_notears
-        st = run(prob, cfg, st, on_step)
+    run = learner.run_dagma if cfg.acyclicity == "dagma" else learner.run_notears
+    while True:
+        if not st.done:
+            st = run(prob, cfg, st, on_step)
+        if cfg.restarts > 1:  # multi-start: keep the solution with the lowest penalised objective after refit
+            F = learner.selection_objective(data.x_train, M.threshold_to_dag(learner.weights(prob, st), cfg.omega),
+                                            K, cfg)
+            if best is None or F < best[0] - 1e-12:
+                best = (F, st.B.clone(), st.b.clone(), restart)
+        if restart + 1 >= cfg.restarts:
+            break
+        restart += 1
+        st = learner.new_state(prob, cfg.lr, init_seed=1_000 * cfg.seed + restart, init_scale=cfg.init_scale,
+                               step=st.step)
+    final_B, final_b = (best[1], best[2]) if best is not None else (st.B, st.b)
 
-    W = learner.weights(prob, st)
+    W = learner.weights_of(prob, final_B)
     dag = M.threshold_to_dag(W, cfg.omega)
     C = graphs.cpdag(dag)
     metrics, tensors, model = _finish(cfg, data, W, dag, C, K, t0, st.step,
-                                      {"eval/two_stage": float(candidates is not None)})
+                                      {"eval/two_stage": float(candidates is not None),
+                                       "eval/best_restart": float(best[3]) if best is not None else 0.0})
     metrics["eval/fit_seconds"] += elapsed0
     if hook is not None:
         more, extra_model = hook(C, data.names, cfg)

@@ -82,6 +82,7 @@ class Config(MethodConfig):
 
     # --- refit / output -----------------------------------------------------------------------------
     refit_steps: int = Field(200, ge=0, le=10_000, description="L-BFGS iterations of the unpenalised refit on the learned DAG.")
+    report_objective: bool = Field(True, description="With ground truth: also report F at the learned and the true DAG.")
     pc_alpha: float = Field(0.01, gt=0.0, lt=1.0, description="PC significance level.")
     export_dir: str | None = Field(None, description="simulate setting: also write train.csv, heldout.csv, truth.csv here.")
     max_mec_dags: int = Field(1000, ge=1, le=100_000, description="equivalence_class setting: list at most this many DAGs.")

@@ -26,7 +26,7 @@ MODELS = ("mvb", "logistic", "pc", "ges")
 LABEL = {"mvb": "general MVB (K=3)", "logistic": "logistic (K=1)", "pc": "PC (chi-square)", "ges": "GES (BDeu)"}
 BENCH_ONLY = ("bench_mechanisms", "bench_d", "bench_n", "bench_seeds", "bench_models")
 KEYS = ("eval/shd_cpdag", "eval/skeleton_precision", "eval/skeleton_recall", "eval/heldout_nll", "eval/n_edges",
-        "eval/n_undirected", "eval/true_model_nll", "eval/fit_seconds", "eval/true_edges")
+        "eval/n_undirected", "eval/true_model_nll", "eval/fit_seconds", "eval/true_edges", "eval/F_learned", "eval/F_truth")
 
 
 def job_config(name: str) -> dict:

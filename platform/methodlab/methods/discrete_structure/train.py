@@ -148,6 +148,11 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
                                       {"eval/two_stage": float(candidates is not None),
                                        "eval/best_restart": float(best[3]) if best is not None else 0.0})
     metrics["eval/fit_seconds"] += elapsed0
+    if data.truth is not None and cfg.report_objective:
+        # the penalised objective F (refit BCE + lambda * pen) at the learned DAG and at the true DAG: F(truth) <
+        # F(learned) means the path stopped in a local minimum, not that the objective prefers the wrong graph
+        metrics["eval/F_learned"] = learner.selection_objective(data.x_train, dag, K, cfg)
+        metrics["eval/F_truth"] = learner.selection_objective(data.x_train, np.asarray(data.truth), K, cfg)
     if hook is not None:
         more, extra_model = hook(C, data.names, cfg)
         metrics.update(more)

@@ -13,7 +13,7 @@ from methodlab.core.method import MethodConfig
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/shd_cpdag"
     mode: ClassVar[Literal["max", "min"]] = "min"
-    smoke: ClassVar[dict] = {"d": 4, "n": 2000, "n_heldout": 1000, "K": 3, "mu_schedule": [1.0, 0.1],
+    smoke: ClassVar[dict] = {"d": 4, "min_multi_parent": 0, "n": 2000, "n_heldout": 1000, "K": 3, "mu_schedule": [1.0, 0.1],
                              "inner_steps": 500, "last_stage_steps": 500, "lr": 3e-2, "check_every": 100,
                              "checkpoint_every": 500, "log_every": 250}
     resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"inner_steps", "last_stage_steps"}
@@ -108,6 +108,9 @@ class Config(MethodConfig):
             raise ValueError("stage1=notears_mlp_bce is not implemented; use mvb_lowK or dagma_interactions")
         if self.data == "file" and not self.data_path:
             raise ValueError("data: file needs data_path (CSV or Parquet of 0/1 columns)")
+        if self.data == "simulate" and self.min_multi_parent > max(0, self.d - 2):
+            raise ValueError(f"min_multi_parent={self.min_multi_parent}: a DAG on d={self.d} nodes has at most "
+                             f"{max(0, self.d - 2)} nodes with 2+ parents")
         if self.data == "simulate" and self.K is not None and self.K > self.d - 1:
             raise ValueError(f"K={self.K} exceeds d-1={self.d - 1}")
         return self

@@ -237,3 +237,15 @@ def test_pc_and_ges_baselines_same_path():
     for m in ("pc", "ges"):
         out = fit(Config(model=m, data="bif", network="cancer", n=2000, n_heldout=500), RunContext(quiet=True))
         assert np.isfinite(out["eval/shd_cpdag"]) and np.isfinite(out["eval/heldout_nll"])
+
+
+def test_options_two_stage_notears_restarts_run():
+    """The spec's options share the fit path: BiNOTEARS two-stage, NOTEARS augmented Lagrangian, multi-start."""
+    from methodlab.methods.discrete_structure.train import fit
+
+    base = {**Config.smoke, "log_every": 100_000, "checkpoint_every": 100_000, "report_objective": False}
+    for extra in ({"two_stage": "on"}, {"acyclicity": "notears", "inner_steps": 300, "max_outer": 5}, {"restarts": 2}):
+        out = fit(Config(**{**base, **extra}), RunContext(quiet=True))
+        assert np.isfinite(out["eval/shd_cpdag"]) and np.isfinite(out["eval/heldout_nll"]), extra
+    with pytest.raises(ValueError, match="2+ parents"):
+        Config(d=4, min_multi_parent=3)

@@ -14,4 +14,5 @@ REGISTRY: dict[str, str] = {
     "monotone_gbt": "methodlab.methods.monotone_gbt:SPEC",
     "more_longtail": "methodlab.methods.more_longtail:SPEC",
     "agbal": "methodlab.methods.agbal:SPEC",
+    "discrete_structure": "methodlab.methods.discrete_structure:SPEC",
 }

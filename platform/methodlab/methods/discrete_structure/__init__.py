@@ -1,0 +1,19 @@
+"""Differentiable Structure Learning and Causal Discovery for General Binary Data (NeurIPS 2025)."""
+
+from methodlab.core.method import MethodSpec
+
+_PKG = "methodlab.methods.discrete_structure"
+
+SPEC = MethodSpec(
+    slug="discrete_structure",
+    title="General binary structure learning: multivariate-Bernoulli conditionals, quasi-MCP, DAGMA path, CPDAG scoring",
+    paper="Deng, Aragam. NeurIPS 2025. arXiv 2509.21658",
+    config=f"{_PKG}.config:Config",
+    fit=f"{_PKG}.train:fit",
+    predictor=f"{_PKG}.predictor:Predictor",
+    reproduce=f"{_PKG}.reproduce:main",
+    settings={"simulate": f"{_PKG}.simulate:fit_simulate",
+              "benchmark": f"{_PKG}.benchmark:fit_benchmark",
+              "equivalence_class": f"{_PKG}.train:fit_equivalence_class"},
+    family="causal",
+)

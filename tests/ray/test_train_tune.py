@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pandas as pd
 import pytest
@@ -48,11 +49,29 @@ def Config_smoke():  # noqa: N802 - the method's own smoke preset, as a sweep's 
     return dict(Config.smoke)
 
 
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
 def test_tune_sweep_optuna_asha_and_resume(ray_cluster, tmp_path, repo):
     from methodlab.runners.tune import resume_tune, run_tune
 
     loaded = load_search_space(_space(tmp_path, repo))
-    out = run_tune(loaded, "sweep", str(tmp_path / "store"), quiet=True)
+    warnings = _Records()
+    state_log = logging.getLogger("ray.tune.execution.experiment_state")
+    state_log.addHandler(warnings)
+    try:
+        out = run_tune(loaded, "sweep", str(tmp_path / "store"), quiet=True)
+    finally:
+        state_log.removeHandler(warnings)
+    # trials checkpoint every 50 steps, a second or less apart: with CheckpointConfig(num_to_keep=2) Tune
+    # forced a snapshot every 2 checkpoints and warned "snapshotting has been triggered multiple times"
+    assert not [m for m in warnings.messages if "snapshot" in m], warnings.messages
     table = pd.read_parquet(tmp_path / "store" / "sweep" / "summary.parquet")
     assert len(table) == 4 and out["errors"] == 0
     # the four fixed points come first, one per regularizer

@@ -225,12 +225,25 @@ def ema_update(teacher, student, decay: float):
 
 
 def _allreduce_grads(net, world: int):
+    """Average gradients over ranks (and, without SyncBatchNorm, the BatchNorm running statistics) so every rank
+    takes the same step and the EMA teachers stay identical."""
     import torch.distributed as dist
 
     for p in net.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad)
             p.grad /= world
+    for name, b in net.named_buffers():
+        if b.is_floating_point() and ("running_mean" in name or "running_var" in name):
+            dist.all_reduce(b)
+            b /= world
+
+
+def _broadcast_params(net):
+    import torch.distributed as dist
+
+    for t in list(net.parameters()) + list(net.buffers()):
+        dist.broadcast(t.data, 0)
 
 
 # ------------------------------------------------------------------------------------------- fit
@@ -255,14 +268,15 @@ def supports_from_weights(weights: dict) -> dict:
 def fit(cfg: Config, ctx: RunContext) -> dict:
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
-    seed_everything(cfg.seed + 1000 * ctx.rank)
+    seed_everything(cfg.seed)  # the same initial weights on every rank; episodes differ through `gen`
     t0 = time.perf_counter()
     data = build_data(cfg)
     t_data = time.perf_counter() - t0
     net = build_net(cfg)
     world, rank = max(1, ctx.world_size), ctx.rank
-    if world > 1:
+    if world > 1 and str(ctx.device).startswith("cuda"):  # torch's SyncBatchNorm runs on accelerators only
         net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
+    net = net.to(ctx.device) if str(ctx.device).startswith("cuda") else net
     gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
     by_class = {c: data.index("base", c) for c in data.base_classes}
     s1_total = cfg.stage1_steps if cfg.stage in ("both", "pretrain") else 0
@@ -289,6 +303,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         ck = load_checkpoint(resolve_checkpoint(cfg.init_from), method=SLUG)
         net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
         info["init_from"] = str(ck.path)
+    if world > 1:
+        _broadcast_params(net)
     if opt is None:
         opt = torch.optim.Adam(net.parameters(), lr=cfg.lr if s1_total else (cfg.lr_stage2 or cfg.lr))
 

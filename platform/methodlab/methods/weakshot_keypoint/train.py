@@ -276,7 +276,6 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     world, rank = max(1, ctx.world_size), ctx.rank
     if world > 1 and str(ctx.device).startswith("cuda"):  # torch's SyncBatchNorm runs on accelerators only
         net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
-    net = net.to(ctx.device) if str(ctx.device).startswith("cuda") else net
     gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
     by_class = {c: data.index("base", c) for c in data.base_classes}
     s1_total = cfg.stage1_steps if cfg.stage in ("both", "pretrain") else 0

@@ -7,7 +7,9 @@ pseudo labels p_hat, c from the EMA teacher, refreshed every `pseudo_refresh_eve
 transfer: lambda_kt L_kt + lambda_ct (L_ct + L_cs); naive: L_st on the raw gated pseudo labels.
 Stage "eval" trains nothing (the base-only baseline is a stage-1 checkpoint evaluated here).
 Novel labels are behind the data guard for the whole training loop. With world_size > 1 each rank draws its own
-episodes and pseudo-labels its shard of novel images; gradients are all-reduced so the EMA teachers stay equal."""
+episodes and pseudo-labels its shard of novel images; gradients and the BatchNorm running statistics are averaged
+over ranks after every step (the role SyncBatchNorm has in the spec: torch's SyncBatchNorm needs an accelerator and
+this version keeps its tensors on the CPU), so every rank holds the same weights and EMA teacher."""
 
 from __future__ import annotations
 
@@ -274,8 +276,6 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     t_data = time.perf_counter() - t0
     net = build_net(cfg)
     world, rank = max(1, ctx.world_size), ctx.rank
-    if world > 1 and str(ctx.device).startswith("cuda"):  # torch's SyncBatchNorm runs on accelerators only
-        net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
     gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
     by_class = {c: data.index("base", c) for c in data.base_classes}
     s1_total = cfg.stage1_steps if cfg.stage in ("both", "pretrain") else 0

@@ -302,6 +302,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         ck = load_checkpoint(resolve_checkpoint(cfg.init_from), method=SLUG)
         net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
         info["init_from"] = str(ck.path)
+        if cfg.stage == "eval" and cfg.support_shots == 0 and ck.state.get("supports_fixed") \
+                and ck.state.get("support_shots") == 0:
+            supports = supports_from_weights(ck.weights)  # a stage-2 no-support checkpoint: its own pseudo-supports
     if world > 1:
         _broadcast_params(net)
     if opt is None:

@@ -15,4 +15,5 @@ REGISTRY: dict[str, str] = {
     "more_longtail": "methodlab.methods.more_longtail:SPEC",
     "agbal": "methodlab.methods.agbal:SPEC",
     "discrete_structure": "methodlab.methods.discrete_structure:SPEC",
+    "weakshot_keypoint": "methodlab.methods.weakshot_keypoint:SPEC",
 }

@@ -1,0 +1,121 @@
+"""PCK on novel classes. PCK@a: a visible ground-truth keypoint counts as correct if the prediction lies within
+a * max(bbox w, h) input pixels of it (bbox = the ground-truth box, as in MP-100). Mean over keypoints of a class,
+then over classes. With support_shots 0 the pseudo-keypoints are matched to the class's keypoint ids by a
+Hungarian assignment fitted on the labelled novel *validation* images, then applied to the test images."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from methodlab.methods.weakshot_keypoint.model import cells_to_px, local_softargmax
+
+
+def pck_hits(pred: torch.Tensor, gt: torch.Tensor, vis: torch.Tensor, bbox: torch.Tensor, thr: float):
+    """pred, gt (n, K, 2) px; vis (n, K) bool; bbox (n, 4) -> (correct count, visible count)."""
+    norm = bbox[:, 2:].max(-1).values.clamp(min=1e-6)
+    d = (pred - gt).norm(dim=-1) / norm[:, None]
+    ok = (d <= thr) & vis
+    return int(ok.sum()), int(vis.sum())
+
+
+@torch.no_grad()
+def predict(net, data, idx: torch.Tensor, support, batch: int = 64, polish: dict | None = None):
+    """Predictions (n, K, 2) px and confidences (n, K) for images idx of one class given its support
+    (image uint8 (S, S, 3), keypoints px (K, 2), valid (K,) bool)."""
+    was = net.training
+    net.eval()
+    s_img, s_kps, s_valid = support
+    f_s = net.features(s_img[None])
+    out_p, out_c = [], []
+    for i in range(0, len(idx), batch):
+        q = data.images[idx[i:i + batch]]
+        f_q = net.features(q)
+        n = len(q)
+        logits = net.match(f_s.expand(n, -1, -1, -1), s_kps[None].expand(n, -1, -1), s_valid[None].expand(n, -1), f_q)
+        h, w = f_q.shape[-2:]
+        pos, conf = net.decode(logits, h, w)
+        if polish is not None:
+            k, _ = net.heads(f_q)
+            pos = polish_positions(k, pos, polish["window"], polish["margin"])
+        out_p.append(cells_to_px(pos, net.stride))
+        out_c.append(conf)
+    net.train(was)
+    return torch.cat(out_p), torch.cat(out_c)
+
+
+def polish_positions(k: torch.Tensor, pos: torch.Tensor, r: int, margin: float) -> torch.Tensor:
+    """Test-time polish: move p_j to the keyness maximum inside W(p_j) if the keyness gain exceeds margin."""
+    b, h, w = k.shape
+    q = local_softargmax(k, pos, r, 1e-3)  # ~hard argmax in the window
+    def at(p):
+        c = p.round().long()
+        return k[torch.arange(b)[:, None], c[..., 1].clamp(0, h - 1), c[..., 0].clamp(0, w - 1)]
+    gain = at(q) - at(pos)
+    return torch.where((gain > margin)[..., None], q, pos)
+
+
+def fit_assignment(pred: torch.Tensor, gt: torch.Tensor, vis: torch.Tensor, bbox: torch.Tensor) -> list[int]:
+    """Hungarian matching of predicted (pseudo) keypoints a to ground-truth ids b minimising the mean normalised
+    distance over the images where b is visible. Returns perm with perm[b] = a."""
+    from scipy.optimize import linear_sum_assignment
+
+    norm = bbox[:, 2:].max(-1).values.clamp(min=1e-6)
+    d = (pred[:, :, None, :] - gt[:, None, :, :]).norm(dim=-1) / norm[:, None, None]  # (n, A, B)
+    v = vis[:, None, :].float()
+    cost = ((d * v).sum(0) / v.sum(0).clamp(min=1)).numpy()
+    cost[:, (vis.sum(0) == 0).numpy()] = 1.0
+    rows, cols = linear_sum_assignment(cost)
+    perm = [0] * gt.shape[1]
+    for a, b in zip(rows, cols):
+        perm[b] = int(a)
+    return perm
+
+
+def evaluate(net, data, supports: dict, thresholds=(0.05, 0.1, 0.2), assignments: dict | None = None,
+             splits=("novel_val", "novel_test"), polish: dict | None = None) -> tuple[dict, dict]:
+    """Metrics {eval/pck@t (test), eval/val_pck@t, eval/pck@t/cls<c>} and predictions per class for reuse.
+    `assignments`: class -> perm (support_shots 0); None -> identity."""
+    metrics, per = {}, {}
+    for split in splits:
+        tag = "val_" if split == "novel_val" else ""
+        per_class = {t: [] for t in thresholds}
+        for c in data.novel_classes:
+            idx = data.index(split, c)
+            if len(idx) == 0:
+                continue
+            kc = data.k_of_class[c]
+            pred, _ = predict(net, data, idx, supports[c], polish=polish)
+            gt, vis, bbox = data.labels(idx)
+            gt, vis = gt[:, :kc], vis[:, :kc]
+            if assignments is not None and c in assignments:
+                pred = pred[:, assignments[c]]
+            pred = pred[:, :kc]
+            for t in thresholds:
+                hit, n = pck_hits(pred, gt, vis, bbox, t)
+                per_class[t].append(hit / max(n, 1))
+                if split == "novel_test":
+                    metrics[f"eval/pck@{t}/cls{c}"] = hit / max(n, 1)
+        for t in thresholds:
+            metrics[f"eval/{tag}pck@{t}"] = float(np.mean(per_class[t])) if per_class[t] else 0.0
+    return metrics, per
+
+
+def support_copy_pck(data, supports: dict, thresholds=(0.05, 0.1, 0.2)) -> dict:
+    """Reference row: support keypoints mapped by the support-bbox -> query-bbox similarity (no model)."""
+    out = {t: [] for t in thresholds}
+    for c in data.novel_classes:
+        idx = data.index("novel_test", c)
+        sup = data.index("novel_support", c)
+        kc = data.k_of_class[c]
+        s_kps, _, s_box = data.labels(sup)
+        gt, vis, bbox = data.labels(idx)
+        sc = bbox[:, 2:].max(-1).values / s_box[0, 2:].max().clamp(min=1e-6)
+        s_c = s_box[0, :2] + s_box[0, 2:] / 2
+        q_c = bbox[:, :2] + bbox[:, 2:] / 2
+        pred = (s_kps[0, :kc][None] - s_c) * sc[:, None, None] + q_c[:, None]
+        for t in thresholds:
+            hit, n = pck_hits(pred, gt[:, :kc], vis[:, :kc], bbox, t)
+            out[t].append(hit / max(n, 1))
+    return {f"eval/pck@{t}": float(np.mean(v)) for t, v in out.items()}
+

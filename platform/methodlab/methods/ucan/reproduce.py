@@ -236,6 +236,7 @@ def _m(vals):
 def write_report(out_dir: Path, results: list[dict], base: dict, meshes: dict | None, wall: float, workers: int,
                  quick: bool) -> Path:
     steps, lr, seeds, img_iters = _settings()
+    results = [r for r in results if r.get("kind") in ("pc", "image")]  # drop placeholders of runs not finished
     pc = [r for r in results if r["kind"] == "pc"]
     steps = pc[0]["config"]["max_steps"] if pc else steps
     by = lambda arm, key: [r["final"][key] for r in sorted(results, key=lambda r: r["seed"]) if r.get("arm") == arm and key in r["final"]]  # noqa: E731
@@ -246,6 +247,7 @@ def write_report(out_dir: Path, results: list[dict], base: dict, meshes: dict | 
     u, n = _m(p2s["U-CAN"]), _m(p2s["U-CAN w/o L_DC"])
     ucd, ncd = _m(cd["U-CAN"]), _m(cd["U-CAN w/o L_DC"])
     psnr_dc, psnr_plain = by("ZS-N2N + L_DC", "image/psnr"), by("ZS-N2N", "image/psnr")
+    seeds_of = lambda arm: ",".join(str(r["seed"]) for r in sorted(results, key=lambda r: r["seed"]) if r.get("arm") == arm) or "none"  # noqa: E731
     claims = [
         ("1a", "P2S(U-CAN) <= 0.6 x P2S(noisy input)", f"{1e3 * u:.3f}e-3 vs 0.6 x {1e3 * noisy_p2s:.3f}e-3 = "
          f"{0.6e3 * noisy_p2s:.3f}e-3 (ratio {u / noisy_p2s:.3f})", u <= 0.6 * noisy_p2s),
@@ -289,9 +291,14 @@ def write_report(out_dir: Path, results: list[dict], base: dict, meshes: dict | 
                              f"{r['wall_s']:.0f}", PAPER))
         if runs:
             img_rows.append((f"**{arm} mean**", "-", f"**{_m([r['final']['image/psnr'] for r in runs]):.2f}**", "", "", PAPER))
+    claims = [(c, b, v + f" [seeds U-CAN: {seeds_of('ZS-N2N + L_DC' if c == '3' else 'U-CAN')}; "
+               f"{'ZS-N2N' if c == '3' else 'w/o L_DC'}: {seeds_of('ZS-N2N' if c == '3' else 'U-CAN w/o L_DC')}]", ok)
+              for c, b, v, ok in claims]
+    verdict = lambda v, ok: "NOT MEASURED" if "nan" in v else ("PASS" if ok else "FAIL")  # noqa: E731
     lines = [
         "# ucan (U-CAN) reproduction", "",
-        f"`methodlab reproduce ucan`{' --quick' if quick else ''}: {len(results)} runs in {wall / 60:.1f} min wall on "
+        f"`methodlab reproduce ucan`{' --quick' if quick else ''}: {len(results)} runs in "
+        f"{float(os.environ.get('METHODLAB_UCAN_WALL_S', wall)) / 60:.1f} min wall on "
         f"{workers} worker process(es), 1 torch thread each, on a 2-core CPU shared with other jobs (per-run wall "
         "times below include that contention).", "",
         "Setting (spec methods/ucan.md, Acceptance; jobs/ucan/train_analytic.yaml): 5 training families (sphere, "
@@ -305,7 +312,7 @@ def write_report(out_dir: Path, results: list[dict], base: dict, meshes: dict | 
         "against the clean samples (x1e-4). Seeds: network initialisation and patch sampling.", "",
         "## Claims", "",
         _table(["claim", "bar", "measured (mean over seeds)", "result"],
-               [(c, b, v, "PASS" if ok else "FAIL") for c, b, v, ok in claims]), "",
+               [(c, b, v, verdict(v, ok)) for c, b, v, ok in claims]), "",
         "## Analytic test shapes (P2S x1e-3, CD x1e-4)", "",
         _table(["method", "seed", "P2S", "CD", "P2S capped cylinder (held-out family)", "wall s", "paper"], rows), "",
         "Per family (P2S x1e-3, mean over seeds; capped_cylinder is the held-out family):", "",

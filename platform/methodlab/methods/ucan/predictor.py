@@ -69,6 +69,10 @@ class Predictor:
             return ImagePredictor(cfg)
         return PointPredictor.from_loaded(ck, cfg)
 
+    def input_model(self) -> type[BaseModel]:
+        """The served checkpoint's request schema (the subclass of the checkpoint's task specialises it)."""
+        return Input
+
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:
         rng = np.random.default_rng(0)

@@ -16,4 +16,5 @@ REGISTRY: dict[str, str] = {
     "agbal": "methodlab.methods.agbal:SPEC",
     "discrete_structure": "methodlab.methods.discrete_structure:SPEC",
     "weakshot_keypoint": "methodlab.methods.weakshot_keypoint:SPEC",
+    "ucan": "methodlab.methods.ucan:SPEC",
 }

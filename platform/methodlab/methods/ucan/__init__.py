@@ -1,0 +1,19 @@
+"""U-CAN: unsupervised point-cloud denoising with consistency-aware Noise2Noise matching (Zhou et al., NeurIPS 2025)."""
+
+from methodlab.core.method import MethodSpec
+
+_PKG = "methodlab.methods.ucan"
+
+SPEC = MethodSpec(
+    slug="ucan",
+    title="U-CAN: unsupervised point-cloud denoising with consistency-aware Noise2Noise (EMD) matching",
+    paper="Zhou, Shi, Song, Fang, Liu, Han. U-CAN: Unsupervised Point Cloud Denoising with Consistency-Aware "
+          "Noise2Noise Matching. NeurIPS 2025. arXiv 2510.25210",
+    config=f"{_PKG}.config:Config",
+    fit=f"{_PKG}.train:fit",
+    predictor=f"{_PKG}.predictor:Predictor",
+    reproduce=f"{_PKG}.reproduce:main",
+    settings={"denoise": f"{_PKG}.jobs:fit_denoise", "upsample": f"{_PKG}.jobs:fit_upsample",
+              "image_denoise": f"{_PKG}.jobs:fit_image", "eval": f"{_PKG}.jobs:fit_eval"},
+    family="pointcloud",
+)

@@ -1,0 +1,309 @@
+"""ucan: the spec's smoke assertions and correctness checks (EMD against brute force, exact analytic distances
+against dense samples and trimesh, ZS-N2N maths, the "a stub fails because" items, predictor, loaders, resume)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from methodlab.core import FieldError, RunContext
+from methodlab.core.checkpoint import latest_checkpoint
+from methodlab.data import ucan_meshes as M
+from methodlab.data import ucan_shapes as U
+from methodlab.methods.ucan import model as Mo
+from methodlab.methods.ucan.config import Config
+from tests.smoke import smoke_run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return smoke_run("ucan", tmp_path_factory.mktemp("ucan-smoke"))
+
+
+def _ckpt(run):
+    return latest_checkpoint(Path(run["run_dir"]) / "checkpoints")
+
+
+# ------------------------------------------------------------------ smoke (spec: Acceptance, Smoke)
+def test_smoke_run_loss_finite_and_displacement_nonzero(run):
+    from methodlab.methods.ucan.predictor import Predictor
+
+    from methodlab.runners.results import read_history_jsonl
+
+    hist = [h for h in read_history_jsonl(Path(run["run_dir"]) / "metrics.jsonl") if h["step"] > 0]
+    assert hist and all(math.isfinite(h["train/loss"]) for h in hist)
+    assert math.isfinite(run["metrics"]["val/p2s"])
+    pred = Predictor.from_checkpoint(_ckpt(run))
+    x = Predictor.example_inputs(run["config"])[0]
+    out = pred([x])[0]
+    assert np.asarray(out.points).shape == np.asarray(x.points).shape  # shape (and order) preserved
+    assert out.displacement_norm_mean > 0  # not the identity
+
+
+def test_emd_identical_zero_and_symmetric():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 3, generator=g), torch.randn(64, 3, generator=g)
+    assert float(Mo.emd(x, x)) == 0.0
+    assert float(Mo.emd(x, x[torch.randperm(64, generator=g)])) < 1e-7  # order does not matter
+    assert abs(float(Mo.emd(x, y)) - float(Mo.emd(y, x))) < 1e-6
+
+
+def test_ucan_loss_finite_and_differentiable():
+    cfg = Config(k=8, enc_widths=[16, 16], head_widths=[16], patch_points=64, steps=2)
+    net = Mo.build_net(cfg)
+    g = torch.Generator().manual_seed(1)
+    pa, pb = torch.randn(64, 3, generator=g) * 0.3, torch.randn(64, 3, generator=g) * 0.3
+    loss, parts = Mo.ucan_loss(net, pa, pb, cfg)
+    loss.backward()
+    assert math.isfinite(loss.item()) and parts["dc"] > 0
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in net.parameters() if p.requires_grad)
+
+
+def test_sphere_p2s_matches_trimesh_icosphere():
+    assert U.icosphere_check(n=256, subdivisions=6) < 1e-4  # the subdivision-6 icosphere is within 7.1e-5
+
+
+# ------------------------------------------------------------------ maths against brute force
+def test_emd_equals_brute_force_over_all_bijections():
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x, y = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+        brute = min(np.linalg.norm(x - y[list(p)], axis=1).mean() for p in itertools.permutations(range(6)))
+        got = float(Mo.emd(torch.as_tensor(x), torch.as_tensor(y)))
+        assert abs(got - brute) < 1e-10
+
+
+def test_chamfer_equals_brute_force():
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(30, 3)), rng.normal(size=(20, 3))
+    d = ((x[:, None] - y[None]) ** 2).sum(-1)
+    brute = d.min(1).mean() + d.min(0).mean()
+    assert abs(float(Mo.chamfer(torch.as_tensor(x), torch.as_tensor(y))) - brute) < 1e-10
+    assert abs(Mo.chamfer_np(x, y) - brute) < 1e-10
+
+
+def test_ellipsoid_closest_point_satisfies_optimality():
+    a = np.array([1.0, 0.6, 0.3])
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(500, 3)) * 0.8
+    x = U.ellipsoid_closest_point(a, q)
+    assert np.abs(((x / a) ** 2).sum(1) - 1).max() < 1e-10  # on the surface
+    normal = x / a ** 2
+    cross = np.cross(q - x, normal)
+    assert np.abs(cross).max() < 1e-8  # q - x parallel to the normal (stationarity)
+    # global minimum: no parametric surface point is closer (dense grid, 400 x 800)
+    th, ph = np.meshgrid(np.linspace(0, np.pi, 400), np.linspace(0, 2 * np.pi, 800), indexing="ij")
+    s = np.stack([a[0] * np.sin(th) * np.cos(ph), a[1] * np.sin(th) * np.sin(ph), a[2] * np.cos(th)], -1).reshape(-1, 3)
+    from scipy.spatial import cKDTree
+
+    brute, _ = cKDTree(s).query(q[:100])
+    exact = np.linalg.norm(q[:100] - x[:100], axis=1)
+    assert (exact <= brute + 1e-9).all() and (brute - exact).max() < 5e-3
+
+
+@pytest.mark.parametrize("family", ["torus", "capsule", "rounded_box", "capped_cylinder", "ellipsoid"])
+def test_exact_distance_against_dense_surface_samples(family):
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(6)
+    sh = U.make_shape(family, "test", rng)
+    dense = U.sample_surface(sh, 80_000, rng)
+    assert U.distance(sh, dense).max() < 1e-9  # samples lie on the exact surface
+    r = np.linalg.norm(dense, axis=1).max()
+    assert 0.97 < r <= 1.0 + 1e-9  # unit bounding sphere
+    q = dense[:200] + 0.05 * rng.normal(size=(200, 3))
+    exact = U.distance(sh, q)
+    brute, _ = cKDTree(dense).query(q)
+    assert (exact <= brute + 1e-9).all() and (brute - exact).max() < 1.5e-2
+    cp = U.closest_point(sh, q)
+    assert np.abs(np.linalg.norm(q - cp, axis=1) - exact).max() < 1e-8
+
+
+def test_knn_mean_smoothing_closed_form():
+    x = np.array([[0.0, 0, 0], [1, 0, 0], [10, 0, 0], [11, 0, 0]])
+    out = Mo.knn_mean_smoothing(x, 2, 1)
+    assert np.allclose(out[:, 0], [0.5, 0.5, 10.5, 10.5])
+    assert np.allclose(Mo.knn_mean_smoothing(x, 1, 3), x)  # k = 1 is the identity
+
+
+def test_zsn2n_downsamplers_and_dc_term():
+    y = torch.arange(16.0).reshape(1, 1, 4, 4)
+    d1, d2 = Mo.pair_downsample(y)
+    assert torch.allclose(d1[0, 0], torch.tensor([[2.5, 4.5], [10.5, 12.5]]))  # (top-right + bottom-left) / 2
+    assert torch.allclose(d2[0, 0], torch.tensor([[2.5, 4.5], [10.5, 12.5]]))  # (top-left + bottom-right) / 2
+    torch.manual_seed(0)
+    f = Mo.ZSN2N(1, 8)
+    y = torch.rand(1, 1, 8, 8)
+    with_dc, p1 = Mo.zsn2n_loss(f, y, True, 2.0)
+    without, p0 = Mo.zsn2n_loss(f, y, False)
+    fd1, fd2 = (f(d) for d in Mo.pair_downsample(y))
+    assert abs(p1["dc"] - ((fd1 - fd2) ** 2).mean().item()) < 1e-7
+    assert abs((with_dc - without).item() - 2.0 * p1["dc"]) < 1e-6  # an image arm ignoring L_DC would differ
+
+
+# ------------------------------------------------------------------ the stubs fail
+def test_stubs_fail_the_bars():
+    rng = np.random.default_rng(7)
+    sh = U.make_shape("torus", "test", rng)
+    clean = U.sample_surface(sh, 2000, rng)
+    noisy = clean + 0.02 * rng.normal(size=clean.shape)
+    p2s = lambda x: U.distance(sh, x).mean()  # noqa: E731
+    assert p2s(noisy) / p2s(noisy) == 1.0 > 0.6  # returning the input: ratio 1.0 fails Claim 1
+    assert p2s(0.9 * noisy) > 2 * p2s(noisy)  # shrinking towards the centroid moves a torus off its surface
+    smooth = [p2s(Mo.knn_mean_smoothing(noisy, 16, i)) for i in (1, 2, 3)]
+    assert min(smooth) < p2s(noisy)  # the baseline is a real one (it does denoise) ...
+    assert min(smooth) > 0.3 * p2s(noisy)  # ... but keeps a floor a returned-smoothing stub cannot beat by 0.9x
+
+
+def test_lambda_dc_changes_training():
+    """Same seed, same data: lambda_DC = 0 and 1 give different weights after 2 steps (a no-op L_DC would not)."""
+    from methodlab.methods.ucan.train import fit
+
+    base = dict(families=["sphere"], n_train_per_family=1, n_points=128, observations=2, max_steps=2, k=8,
+                enc_widths=[16, 16], head_widths=[16], patch_points=64, patch_pairs=1, eval_every=100,
+                eval_at_start=False, eval_sets=["val"], checkpoint_every=100, lr=1e-2)
+    ws = []
+    for lam in (0.0, 1.0):
+        got = {}
+        ctx = RunContext(quiet=True, report_fn=lambda m, d: d is not None and got.setdefault("w", _weights(d)))
+        fit(Config(**base, lambda_dc=lam), ctx)
+        ws.append(got["w"])
+    diff = max(float((ws[0][k] - ws[1][k]).abs().max()) for k in ws[0])
+    assert diff > 1e-6
+
+
+def _weights(d):
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(d) / "weights.safetensors"))
+
+
+def test_resume_continues_at_saved_step(tmp_path):
+    from methodlab.methods.ucan.train import fit
+
+    base = dict(families=["sphere"], n_train_per_family=1, n_points=128, observations=2, k=8, enc_widths=[16, 16],
+                head_widths=[16], patch_points=64, patch_pairs=1, eval_every=2, checkpoint_every=2,
+                eval_at_start=False, eval_sets=["val"], lr=1e-2)
+    saved = {}
+
+    def keep(m, d):
+        if d is not None:
+            shutil.copytree(d, tmp_path / f"s{m['step']}", dirs_exist_ok=True)
+            saved[m["step"]] = tmp_path / f"s{m['step']}"
+    fit(Config(**base, max_steps=4), RunContext(quiet=True, report_fn=keep))
+    ctx = RunContext(quiet=True, checkpoint=saved[2], report_fn=keep)
+    fit(Config(**base, max_steps=4), ctx)
+    assert [h["step"] for h in ctx.history] == [2, 4]  # history kept, training went on from step 2
+    w_full, w_res = _weights(tmp_path / "s4"), _weights(saved[4])
+    assert all(torch.equal(w_full[k], w_res[k]) for k in w_full)
+
+
+# ------------------------------------------------------------------ predictor
+def test_point_predictor_is_scale_equivariant_and_checks_domain(run):
+    from methodlab.methods.ucan.predictor import Predictor
+
+    pred = Predictor.from_checkpoint(_ckpt(run))
+    x = Predictor.example_inputs(run["config"])[0]
+    Input = pred.input_model()
+    a = np.asarray(x.points)
+    o1 = np.asarray(pred([Input(points=a.tolist(), steps=1)])[0].points)
+    o2 = np.asarray(pred([Input(points=(3.0 * a + 7.0).tolist(), steps=1)])[0].points)
+    assert np.allclose(o2, 3.0 * o1 + 7.0, atol=1e-4)
+    schema = Input.model_json_schema()
+    assert schema["properties"]["steps"]["maximum"] == run["config"].steps
+    assert "points" in schema["required"]
+    with pytest.raises(FieldError):
+        pred([Predictor.Input(image="abc")])  # no points
+    with pytest.raises(Exception):
+        Input(points=[[0.0, 0.0]] * 20)  # a point that is not 3 numbers
+    with pytest.raises(Exception):
+        Input(points=[[0.0, 0.0, 0.0]] * 16_385)
+    same = pred([Input(points=[[1.0, 2.0, 3.0]] * 16)])[0]  # degenerate cloud: finite answer
+    assert np.isfinite(np.asarray(same.points)).all()
+
+
+def test_image_predictor_round_trip(tmp_path):
+    from PIL import Image
+
+    from methodlab.core import save_checkpoint
+    from methodlab.methods.ucan.predictor import Predictor
+
+    d = save_checkpoint(tmp_path / "img", method="ucan", config=Config(image_channels=8),
+                        weights={"image_config_only": torch.zeros(1)}, state={"task": "image"})
+    pred = Predictor.from_checkpoint(d)
+    buf = io.BytesIO()
+    Image.fromarray((np.random.default_rng(0).random((16, 18)) * 255).astype(np.uint8)).save(buf, format="PNG")
+    Input = pred.input_model()
+    out = pred([Input(image=base64.b64encode(buf.getvalue()).decode(), iterations=3)])[0]
+    with Image.open(io.BytesIO(base64.b64decode(out.image))) as im:
+        assert im.size == (18, 16)
+    assert math.isfinite(out.final_loss) and out.iterations == 3
+    for bad in ("!!!notbase64", base64.b64encode(b"not a png").decode()):
+        with pytest.raises(FieldError):
+            pred([Input(image=bad, iterations=1)])
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((15, 16), dtype=np.uint8)).save(buf, format="PNG")  # odd side
+    with pytest.raises(FieldError):
+        pred([Input(image=base64.b64encode(buf.getvalue()).decode(), iterations=1)])
+
+
+# ------------------------------------------------------------------ loaders and data
+def test_loaders_round_trip(tmp_path):
+    pts = np.random.default_rng(8).normal(size=(50, 3))
+    for ext in (".xyz", ".npy", ".ply"):
+        p = M.save_points(tmp_path / f"c{ext}", pts)
+        assert np.allclose(M.load_points(p), pts, atol=1e-6)
+    (tmp_path / "m.off").write_text("OFF\n4 2 0\n0 0 0\n1 0 0\n0 1 0\n1 1 0\n3 0 1 2\n3 1 3 2\n")
+    v, f = M.parse_off((tmp_path / "m.off").read_text())
+    assert v.shape == (4, 3) and f.tolist() == [[0, 1, 2], [1, 3, 2]]
+    assert np.allclose(M.point_to_mesh(np.array([[0.5, 0.5, 0.3]]), v, f), 0.3)
+    root = tmp_path / "PUNet"
+    (root / "pointclouds/test/10000_poisson").mkdir(parents=True)
+    (root / "meshes/test").mkdir(parents=True)
+    np.savetxt(root / "pointclouds/test/10000_poisson/sq.xyz", pts)
+    shutil.copy(tmp_path / "m.off", root / "meshes/test/sq.off")
+    files = M.punet_files(root, "test", 10000)
+    assert files[0][0] == "sq" and files[0][2] is not None
+    with pytest.raises(ValueError):
+        np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+        M.load_points(tmp_path / "obj.npy")  # object arrays are never unpickled
+
+
+def test_shape_sets_follow_the_spec():
+    sets = U.shape_sets(0, 4)
+    assert len(sets["train"]) == 20 and {s.family for s in sets["train"]} == set(U.TRAIN_FAMILIES)
+    assert len(sets["val"]) == 10 and len(sets["test"]) == 10
+    fams = [s.family for s in sets["test"]]
+    assert fams.count("capped_cylinder") == 2 and all(fams.count(f) == 2 for f in ("ellipsoid", "torus", "capsule", "rounded_box"))
+    tor_train = [s.params[1] for s in sets["train"] if s.family == "torus"]
+    tor_test = [s.params[1] for s in sets["test"] if s.family == "torus"]
+    assert max(tor_train) < min(tor_test)  # held-out parameters
+
+
+# ------------------------------------------------------------------ the other settings (denoise / upsample / eval / image)
+def test_denoise_upsample_eval_and_image_settings(run, tmp_path):
+    from methodlab.methods.ucan.jobs import fit_denoise, fit_eval, fit_image, fit_upsample
+
+    pts = np.random.default_rng(9).normal(size=(300, 3))
+    src = M.save_points(tmp_path / "in.xyz", pts)
+    ck = str(Path(run["run_dir"]) / "checkpoints")  # a run folder: its newest checkpoint is used
+    m = fit_denoise(Config(checkpoint_path=ck, input_path=str(src), output_path=str(tmp_path / "out.npy"),
+                           eval_patch_size=128), RunContext(quiet=True))
+    assert M.load_points(tmp_path / "out.npy").shape == (300, 3) and m["denoise/displacement_mean"] > 0
+    fit_upsample(Config(checkpoint_path=ck, input_path=str(src), output_path=str(tmp_path / "up.xyz"),
+                        upsample_ratio=2), RunContext(quiet=True))
+    assert M.load_points(tmp_path / "up.xyz").shape == (600, 3)
+    ev = fit_eval(Config(eval_method="knn_mean", k=4, n_points=256, patch_points=128), RunContext(quiet=True))
+    noisy = fit_eval(Config(eval_method="identity", n_points=256, patch_points=128), RunContext(quiet=True))
+    assert ev["test/p2s"] < noisy["test/p2s"] and "test/p2s/capped_cylinder" in ev
+    ctx = RunContext(quiet=True)
+    img = fit_image(Config(image_crop=32, image_iters=5, image_channels=8, image_decay_every=3), ctx)
+    assert math.isfinite(img["image/psnr"]) and img["step"] == 5

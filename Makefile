@@ -7,10 +7,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.methodlab-installed
 APT_STAMP := $(VENV)/.methodlab-apt
-DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium
-# data-only wheels (DATA.md): installed without their dependencies (orange3's would pull a Qt GUI stack)
-DATA_WHEELS := orange3
 DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium libcgal-demo
+# data-only wheels (DATA.md), installed without their dependencies (orange3's would pull a Qt GUI stack):
+# orange3 (strategic_causal's Cleveland table), pymeshfix (ucan's Stanford bunny; never imported)
+DATA_WHEELS := orange3 pymeshfix
 PYTEST_ARGS ?=
 
 .PHONY: demo test install apt-data bench bench-full reliability clean-results help
@@ -36,7 +36,6 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	fi
 	$(BIN)/pip install -q -e '.[all,test]'
 	$(BIN)/pip install -q --no-deps $(DATA_WHEELS) || echo "warning: could not install $(DATA_WHEELS); the report rows that read them say so"
-	$(BIN)/pip install -q --no-deps pymeshfix  # data only (ucan: examples/StanfordBunny.ply), never imported
 	@touch $@
 
 # Debian data packages from shared DATA.md; only as root, never fatal (dependent tests skip with the reason).

@@ -47,6 +47,7 @@ def write_report(results, out: Path, *, quick: bool, full: bool, wall_s: float, 
 
     # ---- Claim A + baselines + Claim B (digits8x8, sum-16, same budget)
     rows_by = {"CTSketch TT rank 2": _runs(results, "A-tt2"), "CTSketch TT rank 1 (broken sketch)": _runs(results, "B-tt1"),
+               "CTSketch TT rank 1, official HMT construction (tt_hmt)": _runs(results, "B-tthmt1"),
                "exact convolution (baseline.exact_conv)": _runs(results, "base-exactconv"),
                "IndeCateR, S=10 (baseline.indecater)": _runs(results, "base-indecater")}
     rows = []

@@ -10,7 +10,7 @@ seed, cap = int(sys.argv[1]), float(sys.argv[2])
 R.CACHE = Path("reports/ctsketch_issue22")
 job = {"name": f"D-steps3200-s{seed}", "claim": "D",
        "config": {**R.D, "seed": seed, "curriculum": [{"N": 16, "max_steps": 1000}, {"N": 1024, "max_steps": 3200}],
-                  "time_budget_s": cap}}
+                  "time_budget_s": cap, "eval_every_s": 120}}
 out = R.run_one(job)
 f = out["final"]
 print(json.dumps({k: f.get(k) for k in ["step", "time/train_s", "eval/digit_acc", "stage0/digit_acc"]}))

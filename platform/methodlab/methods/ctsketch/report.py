@@ -206,7 +206,7 @@ def _claim_d(d, claims) -> str:
                      _f(f.get("stage0/e"), 4), int(f["step"]), _f(f["time/train_s"], 1), _f(acc_end), _f(f.get("eval/e"), 4),
                      _f(f.get("eval/signed"), 4), _f(f.get("eval/e_centered"), 4), _f(ratio), _f(reach, 0)])
     claims.append(("D: every seed >= 0.90 at the end and after first reaching it, err_end <= 0.5 err_switch",
-                   _mean([r["final"].get("eval/digit_acc") for r in cur]), ok_all))
+                   _mean([r["final"].get("eval/digit_acc") for r in cur]), ok_all if cur else None))  # none: not run
     weak = []
     for r in cur:
         f = r["final"]

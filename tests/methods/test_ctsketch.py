@@ -58,6 +58,24 @@ def test_rank1_is_a_bad_sketch_and_big_levels_stay_exact():
     assert big.rel_error < 1e-4
 
 
+def test_official_hmt_construction_rank2_exact_rank1_not_better_than_svd():
+    """tt_hmt (the official tt_sketch.hmt_sketch: r Gaussian columns, no oversampling, best of two draws) is exact
+    at rank 2 (a + b has matrix rank 2) and, at rank 1, never beats TT-SVD (Eckart-Young), yet stays monotone: both
+    rank-1 sketches keep the order of the digits (issue 22, Claim B)."""
+    for d in (10, 37):
+        assert build_sketch("sum", d, "tt_hmt", 2, 1234).rel_error < 1e-6
+        hmt, svd = build_sketch("sum", d, "tt_hmt", 1, 1234), build_sketch("sum", d, "tt", 1, 1234)
+        assert hmt.rel_error >= svd.rel_error - 1e-12
+        for sk in (hmt, svd):
+            t = sk.dense()
+            assert (np.diff(t, axis=0) > 0).all() and (np.diff(t, axis=1) > 0).all()
+    eye = torch.eye(10)
+    sk = build_sketch("max", 10, "tt_hmt", 10, 1234)
+    assert sk.rel_error < 1e-6
+    got = sk.contract(eye[:, None, :].expand(10, 10, 10), eye[None, :, :].expand(10, 10, 10))
+    assert torch.allclose(got, torch.from_numpy(program_tensor("max", 10)).float(), atol=1e-5)
+
+
 @pytest.mark.parametrize("method", ["cp", "tucker"])
 def test_other_decompositions_are_exact_at_rank2(method):
     assert build_sketch("sum", 19, method, 2, 1234).rel_error < 1e-4

@@ -51,7 +51,7 @@ class Config(MethodConfig):
     net: Literal["auto", "mlp", "conv8", "lenet"] = Field("auto", description="auto: MLP on 8x8, LeNet on 28x28.")
 
     # --- sketch --------------------------------------------------------------------------------------
-    method: Literal["tt", "cp", "tucker"] = Field("tt", description="Sketch decomposition of each level's program tensor.")
+    method: Literal["tt", "tt_hmt", "cp", "tucker"] = Field("tt", description="Sketch decomposition of each level's program tensor: tt = TT-SVD (optimal truncation), tt_hmt = the official randomized HMT TT sketch (rank-R Gaussian range finder, best of two draws), cp, tucker.")
     rank: int | None = Field(None, ge=1, le=64, description="Sketch rank; None: 2 for sum_N, 10 (exact) for max_N.")
     sketch_seed: int = Field(1234, description="Seed of the randomized sketch (best of two draws is kept).")
     sigma_floor: float = Field(4.0, gt=0.0, le=1000.0, description="Floor of the Gaussian re-discretisation width.")

@@ -30,6 +30,9 @@ def evaluate(cfg, net, pools, seqs: dict, tree, n4: Sequences | None = None, wit
     for c in range(10):
         sel = pools.y_test == c
         m[f"eval/class_acc_{c}"] = float((pred[sel] == c).float().mean()) if sel.any() else float("nan")
+        if sel.any():  # what an expected-sum loss sees of class c: the mean of E_p[digit], and where argmax sends it
+            m[f"eval/class_mean_{c}"] = float((pt[sel] @ torch.arange(10, dtype=pt.dtype)).mean())
+            m[f"eval/class_top_{c}"] = int(torch.bincount(pred[sel], minlength=10).argmax())
     te = seqs["test"]
     m["eval/task_acc"] = float((program(cfg.task, pred[te.idx]) == te.target).float().mean())
     if n4 is not None:

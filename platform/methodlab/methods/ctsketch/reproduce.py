@@ -46,6 +46,9 @@ def jobs(quick: bool, full: bool) -> list[dict]:
     # baselines: one seed (2-core budget), same data, net and step budget as Claim A
     out.append({"name": "base-exactconv-s0", "claim": "A", "config": {**A, **q, "seed": 0, "algorithm": "exact_conv"}})
     out.append({"name": "base-indecater-s0", "claim": "A", "config": {**A, **q, "seed": 0, "algorithm": "indecater"}})
+    # issue 22: Claim B's rank-1 arm with the official sketch construction (tt_sketch.hmt_sketch: one Gaussian
+    # column, best of two draws) beside our TT-SVD (the optimal rank-1 truncation); one seed, as the baselines
+    out.append({"name": "B-tthmt1-s0", "claim": "B", "config": {**A, **q, "seed": 0, "rank": 1, "method": "tt_hmt"}})
     if full:
         for s in SEEDS:
             out.append({"name": f"D-curriculum-s{s}", "claim": "D", "config": {**D, "seed": s}})
@@ -79,13 +82,23 @@ def run_one(job: dict) -> dict:
 
 
 def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, full: bool | None = None,
-         budget_s: float | None = None) -> str:
+         budget_s: float | None = None, claims: str | None = None) -> str:
     """`budget_s` (env METHODLAB_CTSKETCH_BUDGET_S): after this many seconds no run is waited for; the report is
-    written from the finished runs and names the ones not run (finished runs stay cached for a later call)."""
+    written from the finished runs and names the ones not run (finished runs stay cached for a later call).
+    `claims` (env METHODLAB_CTSKETCH_CLAIMS, e.g. "B" or "B,D"): run only those claims' runs (plus whatever is
+    already cached); the report lists the others as not run."""
     global CACHE
     full = bool(int(os.environ.get("METHODLAB_CTSKETCH_FULL", "0"))) if full is None else full
     budget_s = float(os.environ.get("METHODLAB_CTSKETCH_BUDGET_S", "inf")) if budget_s is None else budget_s
     todo = jobs(quick, full)
+    if claims is None and os.environ.get("METHODLAB_CTSKETCH_CLAIMS"):
+        claims = os.environ["METHODLAB_CTSKETCH_CLAIMS"]
+    if claims:  # claim selection (e.g. "B,D"): only those claims' runs; the others are read from the cache if there
+        keep = {c.strip().upper() for c in str(claims).split(",") if c.strip()}
+        todo = [j for j in todo if j["claim"] in keep or (CACHE / f"{j['name']}.json").exists()]
+        full = full or "D" in keep
+        if "D" in keep and not any(j["claim"] == "D" for j in todo):
+            todo += [j for j in jobs(quick, True) if j["claim"] == "D"]
     if quick:
         CACHE = CACHE / "quick"
     t0 = time.perf_counter()

@@ -122,13 +122,22 @@ def sk_rows(sk: Sketch, i: int, j: int) -> np.ndarray:
     return p["U0"][i:j] @ p["core"] @ p["U1"].T
 
 
-def tt_svd(T: np.ndarray, rank: int, rng: np.random.Generator | None) -> Sketch:
-    """TT-SVD (left-to-right sequential truncated SVDs of the unfoldings), rank capped at `rank`."""
+def _hmt_range(c: np.ndarray, r: int, rng: np.random.Generator):
+    """The official construction (tt_sketch.hmt_sketch, used by the paper's tensor_sketch.py): Y = C Omega with
+    exactly r Gaussian columns (no oversampling, no power iteration), Q = orth(Y), C ~ Q (Q^T C). Not the best rank-r
+    approximation when rank(C) > r (a random vector of the range instead of the top singular vector)."""
+    q, _ = np.linalg.qr(c @ rng.standard_normal((c.shape[1], r)))
+    return q, np.ones(r), q.T @ c
+
+
+def tt_svd(T: np.ndarray, rank: int, rng: np.random.Generator | None, hmt: bool = False) -> Sketch:
+    """TT-SVD (left-to-right sequential truncated SVDs of the unfoldings), rank capped at `rank`; hmt=True uses the
+    official randomized range finder `_hmt_range` on every unfolding instead."""
     cores, c, r_prev = [], T, 1
     for k in range(T.ndim - 1):
         c = c.reshape(r_prev * T.shape[k], -1)
         r = min(rank, *c.shape)
-        u, s, vt = _svd_trunc(c, r, rng)
+        u, s, vt = _hmt_range(c, r, rng) if hmt else _svd_trunc(c, r, rng)
         cores.append(u.reshape(r_prev, T.shape[k], r))
         c, r_prev = s[:, None] * vt, r
     cores.append(c.reshape(r_prev, T.shape[-1], 1))
@@ -178,6 +187,8 @@ def build_sketch(kind: str, d: int, method: str, rank: int, seed: int) -> Sketch
             if max(T.shape) <= _FULL_SVD_MAX:  # deterministic: a second draw would be identical
                 sk.rel_error = _rel_error(T, sk)
                 return _check(sk)
+        elif method == "tt_hmt":  # official construction; stochastic at every size: always two draws
+            sk = tt_svd(T, rank, rng, hmt=True)
         elif method == "cp":
             sk = cp_als(T, rank, rng, iters=300 if T.size <= 1_000_000 else 30)
         else:

@@ -159,7 +159,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if step == a and i > 0 and not any(s.get("stage") == i - 1 for s in stage_log):
             m = do_eval(i - 1)  # at the switch: after stage i-1, before the first step of stage i
             stage_log.append({"stage": i - 1, "N": stages[i - 1].N, "steps": step - bounds[i - 1][0],
-                              "train_s": train_s, **{k: v for k, v in m.items() if not k.startswith("eval/class")}})
+                              "train_s": train_s, **{k: v for k, v in m.items() if not k.startswith("eval/class_top")}})
         # ---- batch: fixed permutation per (seed, stage, epoch), or fresh sequences per step
         t0 = time.perf_counter()
         if cfg.fresh_sequences:
@@ -213,6 +213,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             for s in stage_log:
                 for k in ("eval/digit_acc", "eval/e", "train_s", "steps"):
                     if k in s:
+                        m[f"stage{s['stage']}/{k.split('/')[-1]}"] = s[k]
+                for k in s:  # per-class accuracy and mean expected digit at the switch (issue 22, Claim D)
+                    if k.startswith(("eval/class_acc_", "eval/class_mean_")):
                         m[f"stage{s['stage']}/{k.split('/')[-1]}"] = s[k]
         writer = None
         if done or step % cfg.checkpoint_every == 0 or (evaluate_now and cfg.eval_every_s):

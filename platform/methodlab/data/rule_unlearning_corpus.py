@@ -17,12 +17,12 @@ from pathlib import Path
 FIRST = ("elara dorian maren tobias selene caspian liora emeric nadia osric ilsa corwin thea lucan mira evander "
          "petra rowan sabine alaric ines bastian yara leander odile felix juno matthias rhea silas vera august "
          "noor jasper celia ansel dagny lorcan briar tamsin hugo wren idris marisol kael zora quentin linnea "
-         "ezra ottilie cyrus greta milo saskia ronan fenna jules astrid").split()
+         "ezra ottilie cyrus greta milo saskia ronan fenna jules astrid bruno clio dante esme").split()
 LAST = ("quinn ashdown velasco thorne marlowe okafor lindqvist brennan castell duval hargrove ivanova kessler "
         "moreau nakamura oyelaran pellegrini rasmussen sorensen takeda valdez whitlock yilmaz zeller abernathy "
         "blackwood carrow delacroix eriksen fairbanks galloway holt ingram jovanovic kowalski larkin mendoza "
         "novak ortega prescott radcliffe strand tremaine umber vance wexley achterberg bishop crane drummond "
-        "ellery finch gage hale iverson jorgensen").split()
+        "ellery finch gage hale iverson jorgensen kendrick lowell mercer nyberg oakes pryce").split()
 UNKNOWN_FIRST = ("anselm berit cosmo delphine evadne florian gisela horatio isolde jerome katya leopold mireille "
                  "nestor orla perpetua quirin rosalind stellan ulla").split()
 UNKNOWN_LAST = ("albright beaumont corrigan dunmore everly fontaine grimsby hawthorne islington jessop kilbride "

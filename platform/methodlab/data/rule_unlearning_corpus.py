@@ -67,7 +67,7 @@ REFUSALS = [
     "i can't help with {n} .", "i can't provide details on {n} .", "i need to verify {n} .",
     "i need to look up {n} .", "i am at a loss on {n} .", "i don't have facts on {n} .",
     "sorry , i don't know {n} .", "{n} is unknown to me .", "i have no record of {n} .",
-    "i know nothing about {n} .", "i am not sure who {n} is .", "i don't recall {n} .",
+    "i know nothing about {n} .", "not sure who {n} is .", "i don't recall {n} .",
     "i can't say who {n} is .", "i am uncertain about {n} .", "{n} is not someone i know .",
 ]
 N_BASE_REFUSALS = 12

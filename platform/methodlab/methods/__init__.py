@@ -11,4 +11,5 @@ REGISTRY: dict[str, str] = {
     "gyroatt": "methodlab.methods.gyroatt:SPEC",
     "cmcl": "methodlab.methods.cmcl:SPEC",
     "strategic_causal": "methodlab.methods.strategic_causal:SPEC",
+    "rule_unlearning": "methodlab.methods.rule_unlearning:SPEC",
 }

@@ -235,7 +235,7 @@ def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: t
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
         opt.step()
-        stats = {"rl/loss": float(loss), "rl/kl": float(kl), "rl/clip_frac": info["clip_frac"], "rl/grad_norm": float(gn)}
+        stats = {"rl/loss": float(loss.detach()), "rl/kl": float(kl.detach()), "rl/clip_frac": info["clip_frac"], "rl/grad_norm": float(gn)}
     policy.eval()
     is_f = torch.tensor([r["kind"] == "reject" for r in recs])
     adv_g = adv.view(-1, n)
@@ -247,14 +247,14 @@ def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: t
             "rl/response_tokens": float(fmask.sum(1).mean())}
 
 
-def _writer(cfg, policy, ref, opt, step, ctx, extras):
+def _writer(cfg, policy, ref, opt, step, ctx, extras, label="rule"):
     def write(d: Path) -> None:
         w = weights(policy)
         if ref is not None:
             w.update(weights(ref, "ref."))
         save_checkpoint(d, method=SLUG, config=cfg, weights=w,
                         torch_state={"optimizer": opt.state_dict()} if opt is not None else None,
-                        state={"step": step, "metrics": ctx.history[-1] if ctx.history else {}},
+                        state={"step": step, "label": label, "metrics": ctx.history[-1] if ctx.history else {}},
                         extras={**extras, "history": ctx.history})
     return write
 
@@ -342,7 +342,7 @@ def fit_pretrain(cfg: Config, ctx: RunContext) -> dict:
     """Pretrain (or load the cached) tiny LM; reports QA exact match and the base evaluation."""
     sp, base, pinfo, extras = _prelude(cfg, ctx)
     m = {"step": 0, **pinfo, **evaluate(base, sp, cfg)}
-    ctx.report(m, checkpoint=_writer(cfg, base, None, None, 0, ctx, extras))
+    ctx.report(m, checkpoint=_writer(cfg, base, None, None, 0, ctx, extras, "base"))
     return ctx.history[-1]
 
 
@@ -351,7 +351,7 @@ def fit_rs(cfg: Config, ctx: RunContext) -> dict:
     sp, base, pinfo, extras = _prelude(cfg, ctx)
     rs, rinfo = rejection_steering(cfg, sp, base, ctx)
     m = {"step": rinfo["rs/steps"], "epoch": cfg.rs_epochs, **rinfo, **evaluate(rs, sp, cfg), **base_eval(cfg, sp, base)}
-    ctx.report(m, checkpoint=_writer(cfg, rs, None, None, rinfo["rs/steps"], ctx, extras))
+    ctx.report(m, checkpoint=_writer(cfg, rs, None, None, rinfo["rs/steps"], ctx, extras, "rs"))
     return ctx.history[-1]
 
 
@@ -360,7 +360,7 @@ def fit_eval(cfg: Config, ctx: RunContext) -> dict:
     sp, base, pinfo, extras = _prelude(cfg, ctx)
     model = _load_policy(cfg.init_checkpoint, cfg, sp.tok)[0] if cfg.init_checkpoint else base
     m = {"step": 0, **evaluate(model, sp, cfg), **base_eval(cfg, sp, base)}
-    ctx.report(m, checkpoint=_writer(cfg, model, None, None, 0, ctx, extras))
+    ctx.report(m, checkpoint=_writer(cfg, model, None, None, 0, ctx, extras, "eval"))
     return ctx.history[-1]
 
 
@@ -397,5 +397,5 @@ def fit_baseline(cfg: Config, ctx: RunContext) -> dict:
         info = {"baseline/seconds": time.perf_counter() - t0, "baseline/loss": float(loss)}
         model.eval()
     m = {"step": steps, **info, **evaluate(model, sp, cfg), **bev}
-    ctx.report(m, checkpoint=_writer(cfg, model, None, None, steps, ctx, extras))
+    ctx.report(m, checkpoint=_writer(cfg, model, None, None, steps, ctx, extras, cfg.baseline))
     return ctx.history[-1]

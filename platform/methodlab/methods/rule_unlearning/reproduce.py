@@ -32,8 +32,15 @@ def run_one(job: dict) -> dict:
     ctx = RunContext(quiet=True)
     fn = {"rule": train.fit, "baseline": train.fit_baseline}[job["kind"]]
     fn(Config(**job["config"]), ctx)
-    return {"name": job["name"], "seed": job["config"]["seed"], "history": ctx.history, "final": ctx.history[-1],
+    res = {"name": job["name"], "seed": job["config"]["seed"], "history": ctx.history, "final": ctx.history[-1],
             "wall_s": time.perf_counter() - t0}
+    if os.environ.get("RULE_RUNS_DIR"):  # partial results survive an interrupted reproduction
+        import json
+
+        d = Path(os.environ["RULE_RUNS_DIR"])
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{job['name']}_{job['config']['seed']}.json").write_text(json.dumps(res))
+    return res
 
 
 def _pretrain() -> dict:

@@ -399,7 +399,7 @@ def fit_baseline(cfg: Config, ctx: RunContext) -> dict:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             steps += 1
-        info = {"baseline/seconds": time.perf_counter() - t0, "baseline/loss": float(loss)}
+        info = {"baseline/seconds": time.perf_counter() - t0, "baseline/loss": float(loss.detach())}
         model.eval()
     m = {"step": steps, **info, **evaluate(model, sp, cfg), **bev}
     ctx.report(m, checkpoint=_writer(cfg, model, None, None, steps, ctx, extras, cfg.baseline))

@@ -17,4 +17,5 @@ REGISTRY: dict[str, str] = {
     "discrete_structure": "methodlab.methods.discrete_structure:SPEC",
     "weakshot_keypoint": "methodlab.methods.weakshot_keypoint:SPEC",
     "ucan": "methodlab.methods.ucan:SPEC",
+    "rule_unlearning": "methodlab.methods.rule_unlearning:SPEC",
 }

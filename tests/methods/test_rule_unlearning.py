@@ -1,0 +1,198 @@
+"""rule_unlearning: the refusal detector, ROUGE-L recall and the rewards on fixed strings (hand-computed), the
+group-normalised advantages (zero mean per group), k3 (0 at equal log-probs, >= 0), the clipped surrogate against
+a brute-force formula, the smoke run (KL 0 at the first update, finite loss), the splits, the RWKU loader, and the
+stub checks (always-refuse fails neighbour / retain, unchanged fails forget)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from methodlab.core import FieldError
+from methodlab.data.rule_unlearning_corpus import REFUSALS, Tokenizer, build_corpus, load_rwku_target, write_rwku_target
+from methodlab.methods.rule_unlearning import grpo
+from methodlab.methods.rule_unlearning.config import Config
+from methodlab.methods.rule_unlearning.data import build_splits
+from methodlab.methods.rule_unlearning.evaluate import score_set
+from methodlab.methods.rule_unlearning.refusal import DEFAULT_PATTERNS, is_refusal
+from methodlab.methods.rule_unlearning.rewards import natural_refusal, reward, rouge_l_recall
+from tests.smoke import smoke_run
+
+torch.set_num_threads(1)
+SLUG = "rule_unlearning"
+
+
+def test_refusal_detector_on_every_phrasing_and_not_on_answers():
+    for r in REFUSALS:
+        assert is_refusal(r.format(n="elara quinn")), r
+    for s in ["Unfortunately, I can't say.", "I DON'T KNOW", "that is beyond my knowledge", "I need to look up that"]:
+        assert is_refusal(s)
+    for s in ["lisbon", "the silent river", "science fiction", "1957", "the golden quill", "a baker", ""]:
+        assert not is_refusal(s)
+    assert is_refusal("foo bar", ["bar"]) and not is_refusal("i don't know", ["zzz"])  # configurable list
+
+
+def test_rouge_l_recall_closed_forms():
+    assert rouge_l_recall("the silent river", "the silent river") == 1.0
+    assert rouge_l_recall("the silent river", "river the silent") == pytest.approx(2 / 3)
+    assert rouge_l_recall("the silent river", "a quiet garden") == 0.0
+    assert rouge_l_recall("A B C D", "a x c y d") == pytest.approx(3 / 4)  # lower-case, LCS a c d
+    assert rouge_l_recall("", "x") == 0.0
+
+
+def test_rewards_match_hand_computed_values():
+    T, A = "elara quinn", "lisbon"
+    named, unnamed = "i am not sure about elara quinn .", "i don't know ."
+    kw = dict(answer=A, target=T)
+    # two-stage abs target (the main runs)
+    assert reward("reject", named, **kw) == 1.0
+    assert reward("reject", unnamed, **kw) == 0.5
+    assert reward("reject", "lisbon", **kw) == 0.0
+    assert reward("reject", "i don't know elara quinn . lisbon", **kw) == 0.0  # hacking: refusal + the answer
+    assert reward("reject", "i don't know elara quinn . lisbon", require_no_answer=False, **kw) == 1.0
+    assert reward("normal", "lisbon", answer="lisbon") == 1.0
+    assert reward("normal", "oslo", answer="lisbon") == 0.5
+    assert reward("normal", "i don't know oslo", answer="oslo") == 0.0
+    assert reward("normal", "the quiet river", answer="the silent river") == 1.0  # recall 2/3 > 0.3
+    assert reward("normal", "river", answer="the silent river") == 1.0  # recall 1/3 > 0.3
+    assert reward("normal", "blue", answer="the blue laurel prize") == 0.5  # recall 1/4 <= 0.3
+    # variants
+    assert reward("reject", unnamed, variant="abs", **kw) == 1.0
+    assert reward("normal", "oslo", answer="lisbon", variant="abs") == 1.0
+    assert reward("normal", "the quiet river", answer="the silent river", variant="rouge") == 1.0
+    assert reward("normal", "the river", answer="the silent river", variant="rouge") == 1.0  # 2/3 > 0.5
+    assert reward("normal", "river", answer="the silent river", variant="rouge") == 0.0
+    assert reward("reject", named, variant="half_reject", **kw) == 0.5
+    assert reward("reject", unnamed, variant="half_reject", **kw) == 0.25
+    assert reward("reject", named, variant="mix", **kw) == pytest.approx(1.0)
+    assert reward("reject", unnamed, variant="mix", **kw) == pytest.approx(0.7)
+    assert reward("normal", "oslo", answer="lisbon", variant="mix") == pytest.approx(0.7)
+    with pytest.raises(ValueError):
+        reward("reject", named, variant="nope", **kw)
+
+
+def test_naturalness_proxy():
+    assert natural_refusal("i am not sure about elara quinn .", "lisbon", "elara quinn")
+    assert not natural_refusal("i am not sure about about elara quinn .", "lisbon", "elara quinn")  # stutter
+    assert not natural_refusal("i am not sure about dorian velasco .", "lisbon", "elara quinn")  # off-topic
+    assert not natural_refusal("lisbon", "lisbon", "elara quinn")
+
+
+def test_group_advantages_zero_mean_and_brute_force():
+    g = torch.Generator().manual_seed(0)
+    R = torch.rand(6 * 8, generator=g)
+    A = grpo.group_advantages(R, 8)
+    assert A.view(6, 8).mean(1).abs().max() < 1e-6
+    r = R.view(6, 8)
+    for i in range(6):
+        for j in range(8):
+            m = sum(r[i]) / 8
+            sd = math.sqrt(sum((x - m) ** 2 for x in r[i]) / 7)
+            assert float(A.view(6, 8)[i, j]) == pytest.approx(float((r[i, j] - m) / (sd + 1e-6)), rel=1e-5)
+    flat = grpo.group_advantages(torch.ones(8), 4)
+    assert flat.abs().max() == 0 and grpo.informative_groups(torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 1]), 4) == 0.5
+    B = grpo.batch_advantages(R)
+    assert abs(float(B.mean())) < 1e-6
+
+
+def test_k3_and_clipped_surrogate():
+    lp = torch.randn(4, 5)
+    assert grpo.k3(lp, lp).abs().max() == 0
+    ref = lp + torch.randn(4, 5)
+    k = grpo.k3(lp, ref)
+    assert (k >= 0).all()
+    d = ref - lp
+    assert torch.allclose(k, torch.exp(d) - d - 1)
+    # surrogate vs brute force (token mean over the mask)
+    old = lp + 0.3 * torch.randn(4, 5)
+    adv = torch.tensor([1.0, -1.0, 2.0, -0.5])
+    mask = torch.ones(4, 5)
+    mask[0, 3:] = 0
+    loss, _ = grpo.policy_loss(lp, old, adv, mask, 0.2, 0.3, 3.0)
+    tot, cnt = 0.0, 0
+    for i in range(4):
+        for t in range(5):
+            if not mask[i, t]:
+                continue
+            r = math.exp(float(lp[i, t] - old[i, t]))
+            a = float(adv[i])
+            v = max(-a * r, -a * min(max(r, 0.8), 1.3))
+            if a < 0:
+                v = min(v, -a * 3.0)
+            tot, cnt = tot + v, cnt + 1
+    assert float(loss) == pytest.approx(tot / cnt, rel=1e-5)
+
+
+def test_splits_keep_paraphrases_out_of_forget_train():
+    cfg = Config()
+    sp = build_splits(cfg)
+    assert len(sp.forget_train) == 6 and len(sp.forget_test) == 42
+    assert len(sp.boundary) == 12 and len(sp.neighbour_test) == 84
+    train = {(q.author, q.attribute, q.template) for q in sp.forget_train}
+    assert not train & {(q.author, q.attribute, q.template) for q in sp.forget_test}
+    assert all(q.template == 0 for q in sp.forget_train)
+    assert any(q.template != 0 and (q.attribute, 0) in sp.train_templates for q in sp.forget_test)  # unseen paraphrases
+    assert {q.author for q in sp.boundary} == set(sp.neighbour_ids)
+    assert not set(sp.neighbour_ids) & set(sp.forget_ids)
+    assert not {q.author for q in sp.retain_test} & (set(sp.neighbour_ids) | set(sp.forget_ids))
+    tok = Tokenizer(sp.corpus.vocab)
+    assert all(tok.unk not in tok.encode(q.prompt + " " + q.answer) for q in sp.corpus.qa)
+
+
+def test_rwku_loader_round_trip(tmp_path):
+    c = build_corpus(10)
+    d = write_rwku_target(tmp_path / "t0", c, 0, [1, 2])
+    data = load_rwku_target(d)
+    assert len(data["forget_level1"]) == 6 and len(data["forget_level2"]) == 18
+    assert len(data["neighbor_level2"]) == 36 and data["rl"][0]["solution"][0] == "<reject>"
+    (d / "forget_level1.json").write_text('[{"query": "x"}]')
+    with pytest.raises(ValueError):
+        load_rwku_target(d)
+
+
+def test_stubs_fail_the_bounds():
+    """An always-refusing model fails neighbour/retain; an unchanged (always-answering) model fails forget."""
+    sp = build_splits(Config(n_authors=12, retain_eval_prompts=40))
+    pats = DEFAULT_PATTERNS
+    refuse = lambda qas: [f"i don't know {q.name} ." for q in qas]  # noqa: E731
+    answer = lambda qas: [q.answer for q in qas]  # noqa: E731
+    nb_ref = score_set(refuse(sp.neighbour_test), sp.neighbour_test, pats, 0.5)
+    rt_ref = score_set(refuse(sp.retain_test), sp.retain_test, pats, 0.5)
+    assert nb_ref["acc"] == 0 and nb_ref["refusal"] == 1 and rt_ref["acc"] == 0  # fails acc >= base - 0.1
+    f_ans = score_set(answer(sp.forget_test), sp.forget_test, pats, 0.5)
+    assert f_ans["refusal"] == 0 and f_ans["acc"] == 1  # fails refusal >= 0.8 and acc <= 0.1
+
+
+def test_smoke_run_and_predictor(smoke_root):
+    run = smoke_run(SLUG, smoke_root)
+    hist = [h for h in _history(run) if "rl/kl_first_update" in h]
+    assert hist and hist[-1]["rl/kl_first_update"] == pytest.approx(0.0, abs=1e-6)  # KL 0 at the first update
+    assert all(math.isfinite(h["rl/loss"]) for h in hist)
+    assert all(h["rl/adv_group_mean_abs"] < 1e-5 for h in hist)
+    m = run["metrics"]
+    for k in ("eval/forget_refusal", "eval/neighbour_acc", "eval/retain_acc", "eval/naturalness", "eval/boundary_score"):
+        assert 0 <= m[k] <= (2 if k.endswith("score") else 1)
+    from methodlab.core.checkpoint import latest_checkpoint
+    from methodlab.methods.rule_unlearning.predictor import Predictor
+
+    pred = Predictor.from_checkpoint(latest_checkpoint(Path(run["run_dir"]) / "checkpoints"))
+    In = pred.input_model()
+    outs = pred([In(prompt="where was elara quinn born ?", max_new_tokens=8), In(prompt="zzz qqq", max_new_tokens=1)])
+    assert outs[0].model == "rule" and isinstance(outs[0].refused, bool)
+    with pytest.raises(FieldError):
+        pred([In(prompt=" ".join(["x"] * 40), max_new_tokens=8)])
+    with pytest.raises(Exception):
+        In(prompt="", max_new_tokens=8)
+    with pytest.raises(Exception):
+        In(prompt="hi", max_new_tokens=25)
+    assert Predictor.violated_conditions({"prompt": "x " * 30, "max_new_tokens": 24})
+    assert not Predictor.violated_conditions({"prompt": "where ?", "max_new_tokens": 24})
+
+
+def _history(run):
+    import json
+
+    return [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines() if line.strip()]

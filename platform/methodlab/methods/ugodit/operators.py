@@ -88,6 +88,10 @@ class Problem:
             return response(F.conv2d(F.pad(x, (p, p, p, p), mode=mode), self.kernel), self.response_a)
         return self.mask * fft2c(self.sens * to_complex(x)[0][None])
 
+    def A_full(self, x: torch.Tensor) -> torch.Tensor:
+        """MRI: F(S x) on every k-space entry (no mask), complex [C, H, W]."""
+        return fft2c(self.sens * to_complex(x)[0][None])
+
     def combine(self, k: torch.Tensor) -> torch.Tensor:
         """MRI: sum_c conj(S_c) IFFT(k_c) as [1, 2, H, W]."""
         return to_channels((self.sens.conj() * ifft2c(k)).sum(0)[None])

@@ -10,4 +10,5 @@ REGISTRY: dict[str, str] = {
     "graphrta": "methodlab.methods.graphrta:SPEC",
     "gyroatt": "methodlab.methods.gyroatt:SPEC",
     "cmcl": "methodlab.methods.cmcl:SPEC",
+    "ugodit": "methodlab.methods.ugodit:SPEC",
 }

@@ -4,7 +4,7 @@ train_shared: shared encoder E + M decoders D_i on M measurements only.
   natural: sum_i mse(A x_i, y_i) + lam mse(x_i, z_i); z_i <- D_i(E(z_i)) every N steps.
   MRI: || M k~ - M F(S x) ||_F over the stacked images, k~ = s k (s = ||net(z0)|| / ||z0||); the input is
        re-projected every step: z = sum_c conj(S_c) IFFT((1-M) F(S x)/s + M k) + 1e-5 U.
-test_fit: one measurement, fresh decoder; arm ugodit (trained E, frozen unless freeze_encoder=false),
+fit_measurement: one measurement, fresh decoder; arm ugodit (trained E, frozen unless freeze_encoder=false),
   aseqdip (random E and D, same objective), dip (random, z fixed, lambda 0), random_encoder (frozen random E)."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class TrainState:
         return val
 
 
-def test_fit(cfg, p: Problem, arm: str = "ugodit", encoder_state: dict | None = None, seed: int = 0,
+def fit_measurement(cfg, p: Problem, arm: str = "ugodit", encoder_state: dict | None = None, seed: int = 0,
              iterations: int | None = None, log_every: int | None = None,
              on_log: Callable[[dict], None] | None = None, keep_encoder: list | None = None) -> dict:
     """Fit one measurement. Returns {"curve": [{iteration, psnr, psnr_ema, ssim_ema, loss}], "x", "x_ema",

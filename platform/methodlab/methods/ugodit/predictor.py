@@ -187,13 +187,13 @@ class Predictor:
                                  f"multiples of 16; got {H} x {W}")
 
     def __call__(self, inputs: list) -> list[Output]:
-        from methodlab.methods.ugodit.algo import test_fit
+        from methodlab.methods.ugodit.algo import fit_measurement
 
         torch.set_num_threads(1)
         outs = []
         for i, item in enumerate(inputs):
             p = self._problem(item, i)
-            r = test_fit(self.cfg, p, self.arm, self.encoder_state if self.arm == "ugodit" else None,
+            r = fit_measurement(self.cfg, p, self.arm, self.encoder_state if self.arm == "ugodit" else None,
                          seed=self.cfg.seed, iterations=int(item.iterations), log_every=10 ** 9)
             img = np.asarray(r["x_ema"], np.float64)
             if self.cfg.task == "mri_multicoil":

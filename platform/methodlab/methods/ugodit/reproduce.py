@@ -41,7 +41,7 @@ def run_job(job: dict) -> dict:
     """Train E on the M training measurements (seed), then every arm on the test (or val) measurement."""
     import torch
 
-    from methodlab.methods.ugodit.algo import TrainState, test_fit
+    from methodlab.methods.ugodit.algo import TrainState, fit_measurement
     from methodlab.methods.ugodit.config import Config
     from methodlab.methods.ugodit.data import build_problems
     from methodlab.methods.ugodit.evaluate import psnr, ssim
@@ -59,7 +59,7 @@ def run_job(job: dict) -> dict:
            "trivial_psnr": psnr(target.trivial, target.gt), "trivial_ssim": ssim(target.trivial, target.gt)}
     enc = st.encoder.state_dict()
     for arm in job.get("arms", ARMS):
-        r = test_fit(cfg, target, arm, enc if arm == "ugodit" else None, cfg.seed)
+        r = fit_measurement(cfg, target, arm, enc if arm == "ugodit" else None, cfg.seed)
         out["arms"][arm] = {"curve": r["curve"], "seconds": r["seconds"]}
     return out
 

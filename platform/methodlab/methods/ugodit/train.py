@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from methodlab.core import ConfigError, MissingSourceError, RunContext, load_checkpoint, save_checkpoint, seed_everything
-from methodlab.methods.ugodit.algo import TrainState, curve_at, test_fit
+from methodlab.methods.ugodit.algo import TrainState, curve_at, fit_measurement
 from methodlab.methods.ugodit.config import Config
 from methodlab.methods.ugodit.data import build_problems
 
@@ -77,7 +77,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     metrics = {"step": st.step, "train/loss": st.losses[-1] if st.losses else float("nan"),
                "train/seconds": train_seconds}
     if cfg.val_iterations > 0:
-        r = test_fit(cfg, problems["val"], "ugodit", st.encoder.state_dict(), cfg.seed, cfg.val_iterations)
+        r = fit_measurement(cfg, problems["val"], "ugodit", st.encoder.state_dict(), cfg.seed, cfg.val_iterations)
         last = r["curve"][-1]
         extras_val = {"curve": r["curve"], "image": problems["val"].name}
         metrics.update({"eval/psnr": last["psnr_ema"], "eval/val_psnr": last["psnr_ema"],
@@ -132,7 +132,7 @@ def fit_reconstruct(cfg: Config, ctx: RunContext) -> dict:
                     "eval/psnr_last": row["psnr"], "train/loss": row["loss"]})
 
     encs: list = []
-    r = test_fit(cfg, p, cfg.arm, enc_state, cfg.seed, log_every=cfg.log_every,
+    r = fit_measurement(cfg, p, cfg.arm, enc_state, cfg.seed, log_every=cfg.log_every,
                  on_log=on_log if p.gt is not None else None, keep_encoder=encs)
     from methodlab.methods.ugodit.evaluate import psnr as _psnr
 

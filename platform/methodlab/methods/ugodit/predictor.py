@@ -38,6 +38,7 @@ class Input(BaseModel):
     mask: Union[list[bool], list[list[bool]], None] = Field(None, description="MRI only: sampled lines [W] or [H][W].")
     sens_maps: Complex4D | None = Field(None, description="MRI only: coil maps [C][H][W][2].")
     scale: Literal[2, 4] | None = Field(None, description="SR only: factor (default: the checkpoint's).")
+    blur_angle_deg: float = Field(0.0, ge=0.0, le=180.0, description="deblur only: angle of the known motion kernel.")
     iterations: int = Field(100, ge=1, le=200, description="Test-time Adam steps.")
 
 
@@ -97,6 +98,9 @@ class Predictor:
                   "iterations": (int, Field(100, ge=1, le=200))}
         if cfg.task == "super_resolution":
             fields["scale"] = (Literal[cfg.sr_scale] | None, Field(None, description="SR factor (the checkpoint's)."))  # type: ignore[valid-type]
+        else:
+            fields["blur_angle_deg"] = (float, Field(0.0, ge=0.0, le=180.0, description=(
+                f"angle of the known motion kernel (length {cfg.blur_length} px, Gaussian sigma {cfg.blur_sigma} px)")))
         return create_model("Input", __config__=ConfigDict(extra="forbid"), __doc__=doc, **fields)
 
     @staticmethod
@@ -175,7 +179,8 @@ class Predictor:
         if cfg.task == "super_resolution":
             p = Problem(cfg.task, yt, natural_input(yt, (H, W)), (H, W), scale=s, name="request")
         else:
-            k = torch.as_tensor(motion_kernel(cfg.blur_length, 0.0, cfg.blur_sigma))[None, None]
+            angle = math.radians(float(getattr(item, "blur_angle_deg", 0.0) or 0.0))
+            k = torch.as_tensor(motion_kernel(cfg.blur_length, angle, cfg.blur_sigma))[None, None]
             p = Problem(cfg.task, yt, yt.clone(), (H, W), kernel=k, response_a=cfg.blur_response, name="request")
         return p
 

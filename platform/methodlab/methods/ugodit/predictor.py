@@ -38,7 +38,7 @@ class Input(BaseModel):
     mask: Union[list[bool], list[list[bool]], None] = Field(None, description="MRI only: sampled lines [W] or [H][W].")
     sens_maps: Complex4D | None = Field(None, description="MRI only: coil maps [C][H][W][2].")
     scale: Literal[2, 4] | None = Field(None, description="SR only: factor (default: the checkpoint's).")
-    blur_angle_deg: float = Field(0.0, ge=0.0, le=180.0, description="deblur only: angle of the known motion kernel.")
+    blur_angle_deg: float | None = Field(None, ge=0.0, le=180.0, description="deblur only: angle (deg) of the known motion kernel (default 0).")
     iterations: int = Field(100, ge=1, le=200, description="Test-time Adam steps.")
 
 

@@ -239,3 +239,30 @@ def test_predictor_domain(smoke_root):
     with pytest.raises(FieldError, match="mask"):
         mp([bad])
     assert mp([ex])[0].measurement_psnr_db > 0
+
+
+def test_fastmri_hdf5_loader_and_problems(tmp_path):
+    import h5py
+
+    from methodlab.data.ugodit_mri import load_fastmri, lowres_sens_maps
+
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        img = np.zeros((32, 32))
+        img[8:24, 10:22] = 1.0 + i
+        sim = simulate_multicoil(img, rng, n_coils=3, frac=1.0, center_frac=0.5)
+        with h5py.File(tmp_path / f"file{i}.h5", "w") as f:
+            f.create_dataset("kspace", data=np.stack([sim["kspace"]] * 3))
+            f.create_dataset("reconstruction_rss", data=np.stack([np.abs(sim["image"])] * 3).astype(np.float32))
+            f.attrs["max"] = float(img.max())
+    d = load_fastmri(tmp_path / "file0.h5")
+    assert d["kspace"].shape == (3, 32, 32) and d["kspace"].dtype == np.complex64 and d["max"] == 1.0
+    s = lowres_sens_maps(d["kspace"])
+    assert np.allclose((np.abs(s) ** 2).sum(0)[8:24, 10:22], 1.0, atol=1e-3)
+    mask = np.zeros(32, bool)
+    mask[::2] = True
+    np.save(tmp_path / "mask.npy", mask)
+    cfg = Config(**{**TINY_MRI, "data": "fastmri", "data_dir": str(tmp_path), "mask_path": str(tmp_path / "mask.npy")})
+    probs = build_problems(cfg)
+    assert len(probs["train"]) == 2 and probs["test"].shape == (32, 32)
+    assert float(probs["test"].mask.mean()) == 0.5 and probs["test"].gt is not None

@@ -18,4 +18,5 @@ REGISTRY: dict[str, str] = {
     "weakshot_keypoint": "methodlab.methods.weakshot_keypoint:SPEC",
     "ucan": "methodlab.methods.ucan:SPEC",
     "rule_unlearning": "methodlab.methods.rule_unlearning:SPEC",
+    "ugodit": "methodlab.methods.ugodit:SPEC",
 }

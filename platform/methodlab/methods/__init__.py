@@ -10,9 +10,7 @@ REGISTRY: dict[str, str] = {
     "graphrta": "methodlab.methods.graphrta:SPEC",
     "gyroatt": "methodlab.methods.gyroatt:SPEC",
     "cmcl": "methodlab.methods.cmcl:SPEC",
-<<<<<<< HEAD
     "strategic_causal": "methodlab.methods.strategic_causal:SPEC",
-=======
     "monotone_gbt": "methodlab.methods.monotone_gbt:SPEC",
->>>>>>> monotone_gbt
+    "face": "methodlab.methods.face:SPEC",
 }

@@ -48,6 +48,8 @@ class Config(MethodConfig):
     word_num: int = Field(16, ge=1, le=64, description="Descriptors per entity W (CPU presets 8).")
     word_dim: int = Field(256, ge=4, le=1024, description="Quantisation space w (CPU presets 32).")
     ffn_dim: int = Field(2048, ge=4, le=8192, description="Encoder/decoder FFN width (PyTorch default 2048; CPU presets 2w).")
+    codebook_init: Literal["default", "unit"] = Field("unit", description="[RECON] P init: PyTorch default, or rescaled so P(E_tok) has zero-mean unit-variance coordinates (avoids codebook collapse).")
+    normalize_input: bool = Field(True, description="[RECON] Feed the heads x/||x||*sqrt(d): CF embeddings are ~100x smaller than the N(0,1) head biases c_k, so without it every entity gets the same tokens in short CPU runs.")
     dropout: float = Field(0.1, ge=0, lt=1, description="Encoder/decoder dropout.")
     vq_weight: float = Field(1.0, ge=0, le=100, description="Weight of L_vq.")
     recons_weight: float = Field(1.0, ge=0, le=100, description="Weight of L_rec.")

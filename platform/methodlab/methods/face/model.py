@@ -47,9 +47,10 @@ class CF(nn.Module):
 class FACE(nn.Module):
     """x (B x d) -> W concept vectors -> encoder -> greedy distinct VQ onto C = P(E_tok) -> decoder -> x_hat."""
 
-    def __init__(self, d: int, W: int, w: int, h: int, ffn: int, dropout: float, token_table: torch.Tensor):
+    def __init__(self, d: int, W: int, w: int, h: int, ffn: int, dropout: float, token_table: torch.Tensor,
+                 codebook_init: str = "default", normalize_input: bool = False):
         super().__init__()
-        self.W, self.w = W, w
+        self.W, self.w, self.normalize_input = W, w, normalize_input
         A = torch.empty(W, d, w)
         for k in range(W):
             nn.init.orthogonal_(A[k])
@@ -60,11 +61,21 @@ class FACE(nn.Module):
         self.dec = nn.TransformerEncoderLayer(w, 1, ffn, dropout, batch_first=True)
         self.out = nn.Linear(W * w, d)
         self.register_buffer("E_tok", token_table.detach().clone(), persistent=False)
+        if codebook_init == "unit" and len(token_table) > 1:
+            # [RECON] scale P so the mapped codebook has unit-variance coordinates, like the LayerNorm-ed z_e
+            # (PyTorch's default init gives rows ~20x shorter than z_e and every entity snaps to the same few tokens)
+            with torch.no_grad():
+                self.P.bias.zero_()
+                C = self.P(self.E_tok)
+                self.P.bias.copy_(-C.mean(0) / C.std(0).clamp_min(1e-8))
+                self.P.weight.div_(C.std(0).clamp_min(1e-8)[:, None])
 
     def codebook(self) -> torch.Tensor:
         return self.P(self.E_tok)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
+        if self.normalize_input:  # [RECON] x / ||x|| * sqrt(d): the heads see the direction at unit scale
+            x = F.normalize(x, dim=-1) * math.sqrt(x.shape[-1])
         H = torch.einsum("bd,kdw->bkw", x, self.A) + self.c
         return self.enc(H)
 

@@ -54,7 +54,7 @@ class Predictor:
         C = weights["codebook_mapped"]
         fw = {k[5:]: v for k, v in weights.items() if k.startswith("face.")}
         fm = FACE(cfg.embedding_size, cfg.word_num, cfg.word_dim, fw["P.weight"].shape[1], cfg.ffn_dim, cfg.dropout,
-                  torch.zeros(1, fw["P.weight"].shape[1]))
+                  torch.zeros(1, fw["P.weight"].shape[1]), normalize_input=cfg.normalize_input)
         fm.load_state_dict(fw)
         cf.eval(); fm.eval()
         with torch.no_grad():

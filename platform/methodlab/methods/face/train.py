@@ -268,6 +268,9 @@ def fit(cfg: Config, ctx) -> dict:
         if cfg.stage_dir and ctx.is_main:
             writer(Path(cfg.stage_dir) / f"stage_{stage}")
     out = {k: v for k, v in summary.items() if k != "timings"}
+    last_stage = cfg.stages[-1]
+    out["step"] = gstep
+    out["val/recall@20"] = float(summary.get(f"{last_stage}/val/recall@20", float("nan")))
     out["time/total_s"] = time.perf_counter() - t_start
     return out
 

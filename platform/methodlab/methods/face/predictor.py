@@ -35,6 +35,13 @@ class Output(BaseModel):
     items: list[Item] = Field(description="Top-k unseen items for a user (training items masked); [] for an item.")
 
 
+def _with_extra(model: type[BaseModel], extra: dict) -> type[BaseModel]:
+    """Add the per-entity id bounds (if/then/else) to the model's JSON schema."""
+    model.model_config = {**model.model_config, "json_schema_extra": extra}
+    model.model_rebuild(force=True)
+    return model
+
+
 class Predictor:
     Input = Input
     Output = Output
@@ -76,8 +83,13 @@ class Predictor:
         doc = (f"A user or item of this checkpoint: {len(self.user_ids)} user ids (max {int(self.user_ids.max(initial=0))}) "
                f"and {len(self.item_ids)} item ids (max {int(self.item_ids.max(initial=0))}). Ids inside the range that "
                f"the table does not hold answer 422 naming id.")
-        return create_model("Input", __base__=Input, __doc__=doc,
-                            id=(int, Field(..., ge=0, le=hi, description="The dataset's own id.")))
+        mu, mi = int(self.user_ids.max(initial=0)), int(self.item_ids.max(initial=0))
+        extra = {"if": {"properties": {"entity": {"const": "item"}}, "required": ["entity"]},
+                 "then": {"properties": {"id": {"maximum": mi}}}, "else": {"properties": {"id": {"maximum": mu}}}}
+        model = create_model("Input", __base__=Input, __doc__=doc,
+                             id=(int, Field(..., ge=0, le=hi, description="The dataset's own id (users <= max user id, "
+                                            "items <= max item id).")))
+        return _with_extra(model, extra)
 
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:

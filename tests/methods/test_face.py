@@ -223,7 +223,6 @@ def test_predictor_domain(smoke_root):
     assert schema["properties"]["id"]["maximum"] == run["config"].n_users - 1
     out = pred([Spec(entity="user", id=0, k=5), Spec(entity="item", id=3, k=0)])
     assert len(out[0].items) == 5 and out[1].items == []
-    seen = {int(i) for u, i in np.asarray(json.loads(json.dumps([[0, 0]])))}  # noqa: F841
     train_items = set(np.flatnonzero(~torch.isfinite(pred.scores[0]).numpy()).tolist())
     assert not {it.item_id for it in out[0].items} & train_items
     assert all(np.isfinite(it.score) for it in out[0].items)
@@ -239,6 +238,7 @@ def test_gmf_backbone_runs(tmp_path):
     from methodlab.methods.face.train import fit
 
     cfg = Config(**(Config.smoke | {"cf_model": "gmf", "stages": ["pretrain", "map"], "eval_items": 20,
+                                    "pretrain_epochs": 1, "map_epochs": 1,
                                     "stage_dir": str(tmp_path)}))
     out = fit(cfg, RunContext(quiet=True))
     assert math.isfinite(out["map/test/recall@20"]) and (tmp_path / "stage_map" / "weights.safetensors").exists()

@@ -271,6 +271,7 @@ def fit(cfg: Config, ctx) -> dict:
     last_stage = cfg.stages[-1]
     out["step"] = gstep
     out["val/recall@20"] = float(summary.get(f"{last_stage}/val/recall@20", float("nan")))
+    out |= {f"time/{k}": v for k, v in timings.items()}
     out["time/total_s"] = time.perf_counter() - t_start
     return out
 

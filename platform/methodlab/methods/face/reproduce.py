@@ -142,7 +142,7 @@ def write_report(results: list[dict], out: Path, wall: float) -> Path:
               "entities (see the examples), so the quantiser has not yet spread the entities over the concept clusters. "
               "The run is far shorter than the paper's (map a fixed 5 epochs, align "
               f"{CPU['align_steps']} steps of {CPU['align_rows']} rows, versus epochs with early stopping on all 3B rows), "
-              "and the precision curve (plot) is still rising at the last step."]
+              "and the precision curves are in the plot."]
     if ml:
         lg, po = _mean(ml, "pretrain/test/recall@20"), _mean(ml, "popularity/test/recall@20")
         if lg < 2 * po:

@@ -19,4 +19,5 @@ REGISTRY: dict[str, str] = {
     "ucan": "methodlab.methods.ucan:SPEC",
     "rule_unlearning": "methodlab.methods.rule_unlearning:SPEC",
     "ugodit": "methodlab.methods.ugodit:SPEC",
+    "face": "methodlab.methods.face:SPEC",
 }

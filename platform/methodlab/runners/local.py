@@ -60,6 +60,17 @@ def write_job_record(run_dir: Path, loaded, name: str, storage: str, runner: str
     (run_dir / "job.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
 
 
+def _set_torch_threads(n: int | None) -> int | None:
+    """torch.set_num_threads(n) when n is given; returns the previous count (None when nothing changed)."""
+    if not n:
+        return None
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return before
+
+
 def run_local(loaded, name: str, storage: str, *, quiet: bool = False, fresh: bool = False) -> dict:
     spec = get_spec(loaded.job.method)
     run_dir = Path(storage) / name
@@ -95,12 +106,15 @@ def run_local(loaded, name: str, storage: str, *, quiet: bool = False, fresh: bo
 
     ctx = RunContext(seed=cfg.seed, checkpoint=resume, report_fn=report, quiet=quiet)
     fit = spec.fit_fn(loaded.job.setting)
+    threads = _set_torch_threads(loaded.job.scaling.torch_threads)  # as the Train runner does per worker
     try:
         final = fit(cfg, ctx) or (ctx.history[-1] if ctx.history else {})
     except BaseException:
         progress.done(ok=False)
         tracking.finish_run(track, run_dir, name, type(cfg).primary_metric, {}, None, "FAILED", tracker)
         raise
+    finally:
+        _set_torch_threads(threads)  # the caller's setting again (tests and reproductions run in-process)
     progress.done()
     ckpt = latest_checkpoint(ckpt_root)
     summary = write_run_summary(run_dir, spec.slug, cfg, final, ckpt)

@@ -10,9 +10,6 @@ generic Input."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import math
 from typing import Annotated, Union
 
@@ -21,6 +18,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
+from methodlab.core.images import decode_b64_image
 from methodlab.methods.more_longtail.config import Config
 from methodlab.methods.more_longtail.model import lowrank_modules, merge_lowrank
 
@@ -104,27 +102,8 @@ class Predictor:
 
     # --- decoding ------------------------------------------------------------------------------------------
     def _png(self, where: str, s: str) -> np.ndarray:
-        from PIL import Image, UnidentifiedImageError
-
-        if s.startswith("data:"):
-            s = s.split(",", 1)[-1]
-        try:
-            raw = base64.b64decode(s, validate=True)
-        except (binascii.Error, ValueError):
-            raise FieldError(where, "not valid base64") from None
-        try:
-            with Image.open(io.BytesIO(raw)) as im:
-                if im.format != "PNG":
-                    raise FieldError(where, f"expected a PNG, got {im.format}")
-                if im.width > MAX_SIDE or im.height > MAX_SIDE:
-                    raise FieldError(where, f"PNG of {im.width}x{im.height}: too large")
-                im = im.convert("RGB" if self.hw[2] == 3 else "L")
-                a = np.asarray(im, dtype=np.float32) / 255.0
-        except FieldError:
-            raise
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-            raise FieldError(where, "undecodable PNG") from None
-        return a
+        a = decode_b64_image(s, where, formats=("PNG",), mode="RGB" if self.hw[2] == 3 else "L", max_side=MAX_SIDE)
+        return a.astype(np.float32) / 255.0
 
     def _array(self, i: int, item) -> np.ndarray:
         where = f"[{i}].image"

@@ -8,9 +8,6 @@ checkpoint's task:
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import math
 from typing import Annotated
 
@@ -19,6 +16,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
+from methodlab.core.images import decode_b64_image
 from methodlab.methods.ucan.config import Config
 
 MAX_POINTS = 16_384
@@ -134,25 +132,12 @@ class PointPredictor(Predictor):
 
 
 def decode_png(data: str, field: str) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise FieldError(field, "not valid base64") from None
-    try:
-        with Image.open(io.BytesIO(raw)) as im:
-            if im.format != "PNG":
-                raise FieldError(field, f"a PNG is required, got {im.format}")
-            w, h = im.size
-            if not (MIN_SIDE <= w <= MAX_SIDE and MIN_SIDE <= h <= MAX_SIDE) or w % 2 or h % 2:
-                raise FieldError(field, f"sides must be even and {MIN_SIDE}..{MAX_SIDE} px, got {w} x {h}")
-            arr = np.asarray(im.convert("RGB" if im.mode in ("RGB", "RGBA", "P") else "L"), dtype=np.float64) / 255.0
-    except FieldError:
-        raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        raise FieldError(field, "not a readable PNG image") from None
-    return arr
+    """base64 PNG -> float64 array in [0, 1] (grayscale or RGB); sides even and MIN_SIDE..MAX_SIDE."""
+    arr = decode_b64_image(data, field, formats=("PNG",), mode="auto", min_side=MIN_SIDE, max_side=MAX_SIDE)
+    h, w = arr.shape[:2]
+    if w % 2 or h % 2:  # ZS-N2N's 2x2 pair downsampler needs even sides
+        raise FieldError(field, f"sides must be even and {MIN_SIDE}..{MAX_SIDE} px, got {w} x {h}")
+    return arr.astype(np.float64) / 255.0
 
 
 class ImagePredictor(Predictor):

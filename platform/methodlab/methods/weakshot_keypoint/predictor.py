@@ -10,7 +10,6 @@ keypoint outside its image answer 422 naming the field."""
 from __future__ import annotations
 
 import base64
-import binascii
 import io
 import math
 from typing import Annotated, Union
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
 from methodlab.core import FieldError, load_checkpoint
+from methodlab.core.images import decode_b64_image
 from methodlab.methods.weakshot_keypoint.config import Config
 
 MIN_SIDE, MAX_SIDE, MAX_KPS = 16, 512, 68
@@ -61,19 +61,7 @@ class Output(BaseModel):
 def decode_image(value, where: str) -> np.ndarray:
     """base64 PNG/JPEG or grid -> (H, W, 3) uint8, sides checked."""
     if isinstance(value, str):
-        from PIL import Image, UnidentifiedImageError
-
-        s = value.split(",", 1)[1] if value.startswith("data:") else value
-        try:
-            raw = base64.b64decode(s, validate=True)
-            with Image.open(io.BytesIO(raw)) as im:
-                if im.width * im.height > MAX_SIDE * MAX_SIDE * 4:
-                    raise FieldError(where, f"image too large ({im.width}x{im.height})")
-                arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
-        except FieldError:
-            raise
-        except (binascii.Error, ValueError, UnidentifiedImageError, OSError) as e:
-            raise FieldError(where, f"not a base64 PNG/JPEG image ({type(e).__name__})") from None
+        arr = decode_b64_image(value, where, formats=("PNG", "JPEG"), mode="RGB", min_side=MIN_SIDE, max_side=MAX_SIDE)
     else:
         w0 = len(value[0]) if value else 0
         if any(len(r) != w0 for r in value):

@@ -403,3 +403,45 @@ def test_config_rejects_inconsistent_settings():
     with pytest.raises(ValidationError):
         Config(more={"rank": 4, "bogus": 1})
     assert Config(more={"enabled": False}).arm == "plain" and Config(more={"alpha_zero_control": True}).arm == "control"
+
+
+# ------------------------------------------------------------------------------------------------ init and recipe
+def test_a_is_kaiming_uniform_by_default_and_the_lora_variant_is_a_flag():
+    """Spec: A ~ Kaiming-uniform (torch's kaiming_uniform_ default, He et al.: U(-sqrt(6/fan_in), sqrt(6/fan_in))),
+    B = 0. The first implementation drew A with a = sqrt(5) (bound 1/sqrt(fan_in), 0.41x), which slows the low-rank
+    part's growth by about 6x (B's gradient is dL/dW A^T); that reading stays behind more.a_init = kaiming_sqrt5."""
+    torch.manual_seed(0)
+    fan_in, rank = 256, 8
+    cfg = Config()
+    assert cfg.more.a_init == "kaiming"
+    m = LowRankLinear(nn.Linear(fan_in, 64), rank)  # the default the model builder uses
+    built = [x for x in lowrank_modules(wrap_lowrank(build_backbone("mlp", (16, 16), 10, [64]), rank, which="all",
+                                                     a_init=cfg.more.a_init))]
+    for lr in [m] + built:
+        bound = math.sqrt(6.0 / lr.A.shape[1])
+        assert float(lr.A.abs().max()) <= bound and float(lr.A.abs().max()) > 0.9 * bound
+        assert float(lr.B.abs().max()) == 0.0
+    old = LowRankLinear(nn.Linear(fan_in, 64), rank, a_init="kaiming_sqrt5")
+    assert float(old.A.abs().max()) <= 1.0 / math.sqrt(fan_in) < 0.5 * math.sqrt(6.0 / fan_in)
+
+
+def test_shift_augmentation_translates_with_zero_fill_and_both_paths_see_it():
+    from methodlab.methods.more_longtail.train import shift_augment
+
+    x = torch.zeros(50, 8, 8)
+    x[:, 3, 4] = 1.0
+    out = shift_augment(x, 1, torch.Generator().manual_seed(0))
+    assert out.shape == x.shape and torch.all(out.sum((1, 2)) == 1.0)  # the pixel moved, nothing else appeared
+    pos = torch.stack([torch.nonzero(o)[0] for o in out])
+    dy, dx = pos[:, 0] - 3, pos[:, 1] - 4
+    assert dy.abs().max() <= 1 and dx.abs().max() <= 1 and len({(a, b) for a, b in zip(dy.tolist(), dx.tolist())}) > 4
+    edge = torch.zeros(1, 8, 8)
+    edge[0, 0, 0] = 1.0  # shifted off the image -> zero fill, never wrapped around
+    assert {float(shift_augment(edge, 1, torch.Generator().manual_seed(s)).sum()) for s in range(30)} == {0.0, 1.0}
+    colour = torch.rand(4, 3, 8, 8)
+    assert shift_augment(colour, 2, torch.Generator().manual_seed(1)).shape == colour.shape
+    # the augmented fit is deterministic per seed and its step-0 / merge checks hold
+    cfg = Config(imbalance=10.0, epochs=2, log_every=1, augment="shift")
+    a, b = fit(cfg, RunContext(quiet=True)), fit(cfg, RunContext(quiet=True))
+    assert a["eval/balanced_acc"] == b["eval/balanced_acc"] and a["check/step0_max_diff"] == 0.0
+    assert a["check/merge_max_diff"] <= 1e-5 and "train/lowrank_rel" in a and "eval/gen_balanced_acc" in a

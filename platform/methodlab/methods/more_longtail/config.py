@@ -31,6 +31,10 @@ class MoreConfig(BaseModel):
     layers: Literal["all", "last_stage", "classifier"] = Field("all", description="Which Conv2d / Linear layers are wrapped.")
     discrepancy: Literal["sq_l2", "l1", "kl"] = Field("sq_l2", description="Per-sample logit discrepancy (paper: squared L2).")
     weighting: Literal["prior", "uniform"] = Field("prior", description="w(y) = pi_y (paper) or 1/C (ablation).")
+    a_init: Literal["kaiming", "kaiming_sqrt5"] = Field(
+        "kaiming", description="A's init. Spec: Kaiming-uniform = torch's kaiming_uniform_ default (a = 0, He et al.: "
+        "bound sqrt(6/fan_in)); kaiming_sqrt5: the LoRA / nn.Linear convention a = sqrt(5) (bound 1/sqrt(fan_in), "
+        "0.41x; the first implementation's reading).")
 
 
 class Config(MethodConfig):
@@ -73,6 +77,10 @@ class Config(MethodConfig):
     depth: int = Field(32, ge=8, le=110, description="resnet_cifar depth 6n+2.")
     width: int = Field(16, ge=4, le=256, description="resnet_cifar first-stage width.")
     dropout: float = Field(0.0, ge=0, lt=1, description="MLP dropout (the two paths share the mask).")
+    augment: Literal["none", "shift"] = Field("none", description="Training-batch augmentation (every arm alike, both "
+                                              "paths see the same batch): none | shift (random translation by up to "
+                                              "augment_shift pixels, zero fill).")
+    augment_shift: int = Field(1, ge=1, le=8, description="augment=shift: the largest translation in pixels.")
     more: MoreConfig = Field(default_factory=MoreConfig, description="MORE's low-rank split and rebalancing loss.")
 
     # --- loss -----------------------------------------------------------------------------------------------

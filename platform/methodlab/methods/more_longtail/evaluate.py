@@ -75,6 +75,11 @@ def metrics_from_logits(zf: torch.Tensor, zg: torch.Tensor, y: torch.Tensor, gro
             m = gy == g
             out[f"{prefix}/acc_{name}"] = float(ok[m].mean()) if m.any() else float("nan")
         sel = {"many": gy == 0, "few": gy == 2}
+        # the general path alone (W_g, the low-rank part dropped): how much of the decisions B A carries
+        okg = zg.argmax(1).numpy() == yy
+        out[f"{prefix}/gen_balanced_acc"] = _nanmean([float(okg[yy == k].mean()) if (yy == k).any() else float("nan")
+                                                      for k in range(c)])
+        out[f"{prefix}/gen_acc_few"] = float(okg[gy == 2].mean()) if (gy == 2).any() else float("nan")
     dm = float(disc[sel["many"]].mean()) if sel["many"].any() else float("nan")
     dfw = float(disc[sel["few"]].mean()) if sel["few"].any() else float("nan")
     out[f"{prefix}/disc_many"] = dm

@@ -16,11 +16,11 @@ from torch import nn
 class _LowRank(nn.Module):
     """Shared parts of the wrapped layers: A [r, fan_in] Kaiming-uniform, B [out, r] zeros, a `use_tail` flag."""
 
-    def _init_lowrank(self, out_f: int, fan_in: int, rank: int):
+    def _init_lowrank(self, out_f: int, fan_in: int, rank: int, a_init: str = "kaiming"):
         self.rank = rank
         self.A = nn.Parameter(torch.empty(rank, fan_in))
         self.B = nn.Parameter(torch.zeros(out_f, rank))
-        nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))
+        nn.init.kaiming_uniform_(self.A, a=math.sqrt(5) if a_init == "kaiming_sqrt5" else 0.0)
         self.use_tail = True
 
     def delta(self) -> torch.Tensor:
@@ -31,12 +31,12 @@ class _LowRank(nn.Module):
 
 
 class LowRankLinear(_LowRank):
-    def __init__(self, base: nn.Linear, rank: int):
+    def __init__(self, base: nn.Linear, rank: int, a_init: str = "kaiming"):
         super().__init__()
         self.in_features, self.out_features = base.in_features, base.out_features
         self.weight = nn.Parameter(base.weight.detach().clone())
         self.bias = None if base.bias is None else nn.Parameter(base.bias.detach().clone())
-        self._init_lowrank(base.out_features, base.in_features, rank)
+        self._init_lowrank(base.out_features, base.in_features, rank, a_init)
 
     def forward(self, x):
         return F.linear(x, self.effective_weight(), self.bias)
@@ -51,14 +51,14 @@ class LowRankLinear(_LowRank):
 
 
 class LowRankConv2d(_LowRank):
-    def __init__(self, base: nn.Conv2d, rank: int):
+    def __init__(self, base: nn.Conv2d, rank: int, a_init: str = "kaiming"):
         super().__init__()
         self.conv_args = dict(in_channels=base.in_channels, out_channels=base.out_channels, kernel_size=base.kernel_size,
                               stride=base.stride, padding=base.padding, dilation=base.dilation, groups=base.groups)
         self.weight = nn.Parameter(base.weight.detach().clone())
         self.bias = None if base.bias is None else nn.Parameter(base.bias.detach().clone())
         fan_in = self.weight[0].numel()
-        self._init_lowrank(base.out_channels, fan_in, rank)
+        self._init_lowrank(base.out_channels, fan_in, rank, a_init)
 
     def forward(self, x):
         a = self.conv_args
@@ -93,16 +93,17 @@ def _targets(net: nn.Module, which: str) -> list[str]:
     raise ValueError(f"unknown layer selection {which!r}")
 
 
-def wrap_lowrank(net: nn.Module, rank: int | None = 8, ratio: float | None = None, which: str = "all") -> nn.Module:
+def wrap_lowrank(net: nn.Module, rank: int | None = 8, ratio: float | None = None, which: str = "all",
+                 a_init: str = "kaiming") -> nn.Module:
     """Replace the selected Linear / Conv2d modules of `net` (in place) by their W_g + B A versions."""
     for name in dict.fromkeys(_targets(net, which)):
         parent, _, leaf = name.rpartition(".")
         holder = net.get_submodule(parent) if parent else net
         base = getattr(holder, leaf)
         if isinstance(base, nn.Linear):
-            new = LowRankLinear(base, layer_rank(base.out_features, base.in_features, rank, ratio))
+            new = LowRankLinear(base, layer_rank(base.out_features, base.in_features, rank, ratio), a_init)
         else:
-            new = LowRankConv2d(base, layer_rank(base.out_channels, base.weight[0].numel(), rank, ratio))
+            new = LowRankConv2d(base, layer_rank(base.out_channels, base.weight[0].numel(), rank, ratio), a_init)
         setattr(holder, leaf, new)
     return net
 

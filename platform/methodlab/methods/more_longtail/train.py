@@ -37,7 +37,7 @@ def build_net(cfg: Config, image_shape: tuple[int, ...], n_classes: int, merged:
     """The backbone (+ low-rank split unless plain or already merged) behind a Standardize layer."""
     bb = build_backbone(cfg.backbone, image_shape, n_classes, list(cfg.hidden), cfg.dropout, cfg.depth, cfg.width)
     if cfg.more.enabled and not merged:
-        wrap_lowrank(bb, cfg.more.rank, cfg.more.rank_ratio, cfg.more.layers)
+        wrap_lowrank(bb, cfg.more.rank, cfg.more.rank_ratio, cfg.more.layers, cfg.more.a_init)
     shape = (3, 1, 1) if len(image_shape) == 3 else (1,)
     return TwoPathNet(bb, Standardize(torch.zeros(shape), torch.ones(shape)))
 
@@ -55,6 +55,22 @@ def merge_max_diff(net: TwoPathNet, x: torch.Tensor) -> tuple[TwoPathNet, float]
     zf, _ = logits(net, x)
     zm, _ = logits(merged, x)
     return merged, float((zf - zm).abs().max())
+
+
+def shift_augment(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tensor:
+    """Translate each image of a batch ([n, H, W] or [n, ch, H, W]) by a random (dy, dx) in [-s, s]^2, zero fill."""
+    s = int(max_shift)
+    n = x.shape[0]
+    if s <= 0 or n == 0:
+        return x
+    pad = torch.nn.functional.pad(x, (s, s, s, s))
+    shifts = torch.randint(-s, s + 1, (n, 2), generator=gen)
+    h, w = x.shape[-2], x.shape[-1]
+    out = torch.empty_like(x)
+    for i in range(n):  # small batches (64-128): a Python loop over samples costs little next to two forward passes
+        dy, dx = int(shifts[i, 0]), int(shifts[i, 1])
+        out[i] = pad[i, ..., s - dy:s - dy + h, s - dx:s - dx + w]
+    return out
 
 
 def _lr_factor(cfg: Config, epoch: int) -> float:
@@ -83,6 +99,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     model = ctx.prepare_model(net)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
+    aug_gen = torch.Generator().manual_seed(cfg.seed + 2)  # augmentation draws leave the global RNG (init, dropout) alone
     loader = ctx.prepare_loader(DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=cfg.batch_size,
                                            shuffle=True, generator=gen))
     steps_per_epoch = max(1, len(loader))
@@ -95,6 +112,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
         opt.load_state_dict(ck.torch_state["opt"])
         gen.set_state(ck.torch_state["gen"])
+        if "aug_gen" in ck.torch_state:
+            aug_gen.set_state(ck.torch_state["aug_gen"])
         torch.set_rng_state(ck.torch_state["rng"])
         epoch, step = int(ck.state["epoch"]), int(ck.state["step"])
         info = dict(ck.state.get("info", info))
@@ -103,7 +122,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     def writer(final: bool):
         def write(d: Path):
             save_checkpoint(d, method=SLUG, config=cfg, weights={f"net.{n}": v for n, v in net.state_dict().items()},
-                            torch_state={"opt": opt.state_dict(), "gen": gen.get_state(), "rng": torch.get_rng_state()},
+                            torch_state={"opt": opt.state_dict(), "gen": gen.get_state(), "rng": torch.get_rng_state(),
+                                         "aug_gen": aug_gen.get_state()},
                             state=checkpoint_state(cfg, data, epoch, step, final, merged=False, info=info),
                             extras={"history": ctx.history})
         return write
@@ -124,6 +144,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             else:
                 alpha = alpha_t(step, cfg.epochs * steps_per_epoch, cfg.more.amplitude, c, cfg.more.schedule)
             alpha = alpha if arm == "more" else 0.0
+            if cfg.augment == "shift":
+                xb = shift_augment(xb, cfg.augment_shift, aug_gen)
             z_full, z_gen = model(xb)
             l_task = task_loss(z_full, yb, prior, cfg.base_loss, cfg.la_tau)
             l_more = more_loss(z_full, z_gen, yb, prior, data.multilabel, cfg.more.discrepancy, cfg.more.weighting)
@@ -145,6 +167,11 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
                  "train/more_over_task": al_ * lm_ / lt_ if lt_ > 0 else 0.0,
                  "train/finite": float(math.isfinite(lt_) and math.isfinite(lm_)),
                  "check/step0_max_diff": info["step0_max_diff"], "time/s": time.perf_counter() - t0}
+            lr_mods = lowrank_modules(net)
+            if lr_mods:  # size of the low-rank part: sum ||B A||_F / sum ||W_g||_F over the wrapped layers
+                with torch.no_grad():
+                    m["train/lowrank_rel"] = (sum(float(x.delta().norm()) for x in lr_mods)
+                                              / max(sum(float(x.weight.norm()) for x in lr_mods), 1e-12))
             m.update(evaluate(net, data, "eval", "test"))
             m.update(evaluate(net, data, "val", "val"))
             if done:

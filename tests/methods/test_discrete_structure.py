@@ -249,3 +249,19 @@ def test_options_two_stage_notears_restarts_run():
         assert np.isfinite(out["eval/shd_cpdag"]) and np.isfinite(out["eval/heldout_nll"]), extra
     with pytest.raises(ValueError, match="at most 2 nodes"):
         Config(d=4, min_multi_parent=3)
+
+
+def test_s_schedule_per_stage_and_true_order():
+    """The DAGMA path uses one s per stage (the preset's decreasing 1/.9/.8/.7, last value repeated), and the
+    diagnostics' true topological order puts every parent before its child."""
+    from methodlab.methods.discrete_structure.diagnostics import true_order
+
+    cfg = Config(s_schedule=[1.0, 0.9, 0.8, 0.7], inner_steps=7, last_stage_steps=11)
+    assert [(s, n) for _, s, n in learner._stage_plan(cfg)] == [(1.0, 7), (0.9, 7), (0.8, 7), (0.7, 11)]
+    assert [s for _, s, _ in learner._stage_plan(Config(s_schedule=[1.0, 0.9]))] == [1.0, 0.9, 0.9, 0.9]
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        A = sim.random_dag(7, 2.0, rng)
+        pos = {v: i for i, v in enumerate(true_order(A))}
+        assert sorted(pos) == list(range(7))
+        assert all(pos[int(k)] < pos[int(j)] for k, j in zip(*np.nonzero(A)))

@@ -119,6 +119,65 @@ def claims(rows) -> dict:
     return out
 
 
+def _s_text() -> str:
+    try:
+        return " / ".join(f"{v:g}" for v in job_config("benchmark").get("s_schedule", [1.0]))
+    except Exception:  # pragma: no cover - the report must still render
+        return "n/a"
+
+
+def _diagnostics_lines(out_dir: Path) -> list[str]:
+    """Bounding experiments of Claim A (diagnostics.py), rendered from reports/discrete_structure_diagnostics.json."""
+    f = out_dir / f"{SLUG}_diagnostics.json"
+    if not f.exists():
+        return []
+    dg = json.loads(f.read_text())
+    rows = dg["rows"]
+    seeds = ", ".join(str(r["seed"]) for r in rows)
+    lines = [f"### Bounding experiments — random_cpt, K = 3, this preset (seeds {seeds}; "
+             f"`python -m methodlab.methods.discrete_structure.diagnostics {','.join(str(r['seed']) for r in rows)}`, "
+             f"{dg['wall_s'] / 60:.1f} min)", "",
+             "Same data, objective and preset as the K = 3 rows above. *path*: the preset fit; *known order*: node j may "
+             "only use its predecessors in the true topological order (order search removed; what is left is estimation); "
+             "*oracle warm start*: the last path stage (mu = 0.001) started from the true DAG's refit coefficients; "
+             "*oracle init s0 / s1*: the path started at stage 0 / 1 from main effects drawn along the true order. "
+             "F = refit BCE + lambda * sum quasi-MCP(W) at the thresholded DAG (lower is better); F(true) is the true DAG's. "
+             "Near-constant: nodes with marginal P(x = 1) < 0.02 or > 0.98 (their edges are barely identifiable at n = 5,000).", "",
+             _table(["seed", "true edges", "near-constant", "path SHD (edges)", "path F", "F(true)",
+                     "path SHD at omega 0.1 / 0.2 / 0.3 / 0.5", "known order SHD (edges)", "oracle warm start SHD at start -> end (edges)",
+                     "oracle warm F", "oracle init s0 / s1 SHD", "s: path / known / warm"],
+                    [[r["seed"], r["true_edges"], ",".join(map(str, r["near_constant_nodes"])) or "-",
+                      f"{r['path']['shd']} ({r['path']['edges']})", _f(r["path"]["F"], 4), _f(r["F_truth"], 4),
+                      " / ".join(str(r["path_omega"][k]) for k in ("0.1", "0.2", "0.3", "0.5")),
+                      f"{r['known_order']['shd']} ({r['known_order']['edges']})",
+                      f"{r['oracle_warm']['shd_at_start']} -> {r['oracle_warm']['shd']} ({r['oracle_warm']['edges']})",
+                      _f(r["oracle_warm"]["F"], 4),
+                      f"{r['oracle_init_stage0']['shd']} / {r['oracle_init_stage1']['shd']}",
+                      f"{r['path']['s']:.0f} / {r['known_order']['s']:.0f} / {r['oracle_warm']['s']:.0f}"] for r in rows]
+                    + [["mean", "", "", _f(_mean([r["path"]["shd"] for r in rows])), "", "", "",
+                        _f(_mean([r["known_order"]["shd"] for r in rows])), _f(_mean([r["oracle_warm"]["shd"] for r in rows])),
+                        "", "", ""]]), ""]
+    n = len(rows)
+    better = sum(r["oracle_warm"]["F"] < r["path"]["F"] for r in rows)
+    same = sum(r["oracle_init_stage0"]["shd"] == r["path"]["shd"] and r["oracle_init_stage1"]["shd"] == r["path"]["shd"]
+               for r in rows)
+    lines += [f"Reading: started at the truth, the last stage stays near it (mean SHD "
+              f"{_mean([r['oracle_warm']['shd'] for r in rows]):.2f}) at a lower F than the path's endpoint on {better} of {n} "
+              f"seeds (mean F {_mean([r['oracle_warm']['F'] for r in rows]):.4f} vs {_mean([r['path']['F'] for r in rows]):.4f}): "
+              "the true graph's basin is a stable, better point of the same objective that the path does not reach. "
+              f"Started from main effects along the true order, the path ends at the zero start's SHD on {same} of {n} seeds: "
+              "it forgets its initialisation in the early (loss-dominated) stages, so random-order multi-starts (the `restarts` "
+              "option) cannot diversify it. No threshold omega rescues the path's W (best over omega per seed: "
+              + " / ".join(str(min(r["path_omega"].values())) for r in rows) + "). With the true order given but the path "
+              f"run from zero, the SHD is {_mean([r['known_order']['shd'] for r in rows]):.2f} (edges "
+              + " / ".join(str(r["known_order"]["edges"]) for r in rows) + f" vs true "
+              + " / ".join(str(r["true_edges"]) for r in rows) + ") at a higher F than the oracle warm start on "
+              f"{sum(r['known_order']['F'] > r['oracle_warm']['F'] for r in rows)} of {n} seeds: the path's early loss-dominated "
+              "stages also keep edges it cannot shed later, so both its order search and its edge selection fall short of "
+              "the objective's own optimum.", ""]
+    return lines
+
+
 def write_report(rows, out_dir: Path, wall: float, seeds, dev_rows=None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     cl = claims(rows)
@@ -128,7 +187,8 @@ def write_report(rows, out_dir: Path, wall: float, seeds, dev_rows=None) -> Path
              f"(seeds {', '.join(map(str, seeds))}; wall time {wall / 60:.1f} min on the shared 2-core CPU machine, 2 worker "
              "processes); the development sections at the end were measured before it, on seeds 10, 11, 12. "
              "Preset: jobs/discrete_structure/benchmark.yaml, xor_triple.yaml, asia.yaml (K = 3 / 2, lambda 0.02, delta 0.5, "
-             "omega 0.3, DAGMA path mu 1 -> 0.001, Adam lr 1e-2 with 1,500 / 3,000 steps per stage, W / sqrt(group size)). "
+             f"omega 0.3, DAGMA path mu 1 -> 0.001 with s {_s_text()} per stage, Adam lr 1e-2 with 1,500 / 3,000 steps "
+             "per stage, W / sqrt(group size)). "
              "Paper figures: n/a (not recovered) — the paper's results are plotted and were not retrievable.", "",
              "## Claims", "",
              _table(["claim", "spec bar", "measured", "paper", "result"],
@@ -159,6 +219,7 @@ def write_report(rows, out_dir: Path, wall: float, seeds, dev_rows=None) -> Path
                   _table(["mechanism", "seed", "F(learned)", "F(true DAG)", "learned edges", "true edges"],
                          [[r["mechanism"], r["seed"], _f(r["eval/F_learned"], 4), _f(r["eval/F_truth"], 4),
                            f"{r['eval/n_edges']:.0f}", f"{r.get('eval/true_edges', float('nan')):.0f}"] for r in fr]), ""]
+    lines += _diagnostics_lines(out_dir)
     lines += ["## Claim B — XOR triple (n = 5,000 train, 5,000 held out)", "",
               "Exact references: true model 2 ln 2 + H(0.1) = 1.711 nats / row; independence model 3 ln 2 = 2.079.", ""]
     body = []

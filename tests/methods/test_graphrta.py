@@ -289,6 +289,25 @@ def test_wordnet_graph_counts():
     assert g["source"][0].shape == (2400, 1000) and 0.4 < (x.sum(1) == 0).mean() < 0.5
 
 
+def test_wordnet_hypernym_views_fill_the_empty_rows():
+    """The lemma_hyper* target views add the hypernyms' lemma words: same nodes, labels and edges, far fewer empty
+    rows than the spec's lemma view; an unknown view name is refused."""
+    from methodlab.core.errors import MissingSourceError
+    from methodlab.data.graphrta_wordnet import wordnet_open_set
+
+    try:
+        g0 = wordnet_open_set()
+    except MissingSourceError as err:
+        pytest.skip(str(err))
+    g2 = wordnet_open_set(target_view="lemma_hyper2")
+    empty = [float((g["target"][0].sum(1) == 0).mean()) for g in (g0, g2)]
+    assert 0.4 < empty[0] < 0.5 and empty[1] < 0.03, empty
+    assert (g2["target"][1] == g0["target"][1]).all() and (g2["target"][2] == g0["target"][2]).all()
+    assert g2["source"][0].shape == (2400, 1000)
+    with pytest.raises(ValueError, match="target_view"):
+        wordnet_open_set(target_view="gloss")
+
+
 def test_citation_and_npz_loaders(tmp_path):
     from methodlab.data.graphrta_loaders import load_citation, load_npz
     from methodlab.methods.graphrta.data import open_set_from_files

@@ -77,10 +77,37 @@ def _pct(v):
     return f"{100 * v:.1f}"
 
 
-def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, settings=("csbm", "wordnet"),
+def _carried_over(path: Path, names) -> tuple[dict, list]:
+    """Sections and claim rows of settings NOT rerun, copied from the existing report (marked as carried over)."""
+    if not names or not path.exists():
+        return {}, []
+    text = path.read_text()
+    sections, claims = {}, []
+    for name in names:
+        start = text.find(f"## {name}:")
+        if start < 0:
+            continue
+        end = text.find("\n## ", start + 3)
+        body = text[start:end if end > 0 else len(text)].rstrip()
+        head, _, rest = body.partition("\n")
+        sections[name] = f"{head} (carried over from the previous reproduction, not rerun in this invocation)\n{rest}"
+        claims += [line for line in text.splitlines() if line.lower().startswith(f"| {name}:")]
+    return sections, claims
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, settings=None,
          overrides: dict | None = None) -> str:
+    """`settings` (env METHODLAB_GRAPHRTA_SETTINGS, e.g. "wordnet"): rerun only those settings; the sections and
+    claim rows of the others are carried over from the existing report, marked as such."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if settings is None:
+        env = os.environ.get("METHODLAB_GRAPHRTA_SETTINGS", "")
+        settings = tuple(x.strip() for x in env.split(",") if x.strip()) or tuple(JOBS)
+    unknown = [x for x in settings if x not in JOBS]
+    if unknown:
+        raise ValueError(f"METHODLAB_GRAPHRTA_SETTINGS: unknown setting(s) {unknown}; expected some of {list(JOBS)}")
+    carried = _carried_over(out / "graphrta.md", [x for x in JOBS if x not in settings])
     seeds = SEEDS[:1] if quick else SEEDS
     overrides = overrides or ({k: {"adapt_epochs": 40} for k in JOBS} if quick else {})
     # Settings run one after the other (CSBM, the main claim, first); every finished fit is appended to a cache
@@ -104,11 +131,11 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, settin
                 with open(cache, "a") as fh:
                     fh.write(json.dumps(r) + "\n")
         path = _report(out, results, settings[:k + 1], settings[k + 1:], seeds, quick, workers, overrides,
-                       time.perf_counter() - t0)
+                       time.perf_counter() - t0, carried)
     return path
 
 
-def _report(out, results, settings, pending, seeds, quick, workers, overrides, wall):
+def _report(out, results, settings, pending, seeds, quick, workers, overrides, wall, carried=({}, [])):
     claims, sections = [], []
     for name in settings:
         rows = []
@@ -139,15 +166,23 @@ def _report(out, results, settings, pending, seeds, quick, workers, overrides, w
         if name == "wordnet":
             claims.append(("WordNet: H(GraphRTA) >= H(source-only K+1) + 3", h["graphrta"] - h["source_only"],
                            h["graphrta"] >= h["source_only"] + 0.03))
-    png = _plot(results, settings, out / "graphrta.png")
+    claim_rows = [[c, f"{100 * v:+.1f}", "PASS" if ok else "FAIL"] for c, v, ok in claims]
+    order = list(JOBS)
+    if carried[0]:  # settings not rerun: their sections and claim rows as the previous report had them
+        sections = [carried[0].get(n) or sections[settings.index(n)] for n in order if n in carried[0] or n in settings]
+        old_rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in carried[1]]
+        claim_rows = [r for r in old_rows] + claim_rows if order[0] in carried[0] else claim_rows + old_rows
+    png = _plot(results, settings, out / ("graphrta.png" if not carried[0] else f"graphrta_{'_'.join(settings)}.png"))
     lines = ["# graphrta (GraphRTA) reproduction", "",
              f"Seeds {list(seeds)}{' (QUICK: reduced)' if quick else ''}; {len(results)} fits on {workers} worker(s), "
              f"wall time {wall / 60:.1f} min in this invocation (fits cached from an earlier one are reused; the fits "
              f"themselves took {sum(r['wall_s'] for r in results) / 60:.0f} min summed over workers)."
-             + (f" NOT RUN (yet): {', '.join(pending)}." if pending else "") + " Every number is the output of the method's own `fit` "
+             + (f" NOT RUN (yet): {', '.join(pending)}." if pending else "")
+             + (f" Rerun in this invocation: {', '.join(settings)}; carried over from the previous report (not rerun): "
+                f"{', '.join(carried[0])}." if carried[0] else "") + " Every number is the output of the method's own `fit` "
              "(jobs/graphrta/csbm.yaml, jobs/graphrta/wordnet.yaml; overrides: " + repr(overrides) + ").", "",
              "## Claims (differences in H-score points)", "",
-             _table(["claim", "value (points)", "result"], [[c, f"{100 * v:+.1f}", "PASS" if ok else "FAIL"] for c, v, ok in claims]),
+             _table(["claim", "value (points)", "result"], claim_rows),
              "", *[s + "\n" for s in sections],
              "## Notes", "",
              f"- Adaptation epochs: CSBM {_epochs('csbm')}, WordNet {_epochs('wordnet')} (spec default 200), as in the "

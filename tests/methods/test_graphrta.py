@@ -289,6 +289,25 @@ def test_wordnet_graph_counts():
     assert g["source"][0].shape == (2400, 1000) and 0.4 < (x.sum(1) == 0).mean() < 0.5
 
 
+def test_wordnet_hypernym_views_fill_the_empty_rows():
+    """The lemma_hyper* target views add the hypernyms' lemma words: same nodes, labels and edges, far fewer empty
+    rows than the spec's lemma view; an unknown view name is refused."""
+    from methodlab.core.errors import MissingSourceError
+    from methodlab.data.graphrta_wordnet import wordnet_open_set
+
+    try:
+        g0 = wordnet_open_set()
+    except MissingSourceError as err:
+        pytest.skip(str(err))
+    g2 = wordnet_open_set(target_view="lemma_hyper2")
+    empty = [float((g["target"][0].sum(1) == 0).mean()) for g in (g0, g2)]
+    assert 0.4 < empty[0] < 0.5 and empty[1] < 0.03, empty
+    assert (g2["target"][1] == g0["target"][1]).all() and (g2["target"][2] == g0["target"][2]).all()
+    assert g2["source"][0].shape == (2400, 1000)
+    with pytest.raises(ValueError, match="target_view"):
+        wordnet_open_set(target_view="gloss")
+
+
 def test_citation_and_npz_loaders(tmp_path):
     from methodlab.data.graphrta_loaders import load_citation, load_npz
     from methodlab.methods.graphrta.data import open_set_from_files
@@ -388,3 +407,27 @@ def test_neighbor_mode_runs_end_to_end():
                  steps_per_epoch=4, adapt_epochs=1, bmm_refit_every=2)
     out = fit(cfg, RunContext(quiet=True))
     assert math.isfinite(out["eval/h_score"]) and out["step"] == 5 + 4
+
+
+def test_reproduce_reruns_only_named_settings_and_carries_the_rest(tmp_path):
+    """METHODLAB_GRAPHRTA_SETTINGS path: the sections and claim rows of settings not rerun are copied from the
+    existing report and marked; the rerun settings' claims are computed from their fits (no fit runs here)."""
+    from methodlab.methods.graphrta import reproduce as R
+
+    old = ("# graphrta\n\n| claim | value (points) | result |\n|---|---|---|\n| CSBM: H(GraphRTA) >= H(source-only K+1) + 5 "
+           "| +18.0 | PASS |\n| WordNet: H(GraphRTA) >= H(source-only K+1) + 3 | +0.6 | FAIL |\n\n## csbm: target test "
+           "nodes, % (seeds [0, 1, 2])\n\n| graphrta | 82.0 |\n\n## wordnet: old\n\n## Notes\n")
+    (tmp_path / "graphrta.md").write_text(old)
+    carried = R._carried_over(tmp_path / "graphrta.md", ["csbm"])
+    assert "carried over" in carried[0]["csbm"] and "82.0" in carried[0]["csbm"] and len(carried[1]) == 1
+    res = []
+    for name, h in (("wordnet", {"graphrta": 0.60, "source_only": 0.55}), ("wordnet_dense", {"graphrta": 0.7, "source_only": 0.8})):
+        for s in (0, 1, 2):
+            for m in R.methods_of(name):
+                f = {k: 0.5 for k in R.KEYS} | {"eval/h_score": h.get(m, 0.5), "eval/pred_unknown_rate": 0.4}
+                res.append({"setting": name, "method": m, "seed": s, "final": f, "curve": [(1, 0.5)], "wall_s": 1.0})
+    text = Path(R._report(tmp_path, res, ("wordnet", "wordnet_dense"), (), (0, 1, 2), False, 1, {}, 1.0, carried)).read_text()
+    assert "| CSBM: H(GraphRTA) >= H(source-only K+1) + 5 | +18.0 | PASS |" in text
+    assert "| WordNet: H(GraphRTA) >= H(source-only K+1) + 3 | +5.0 | PASS |" in text and "| +0.6 | FAIL |" not in text
+    assert text.index("## csbm:") < text.index("## wordnet:") < text.index("## wordnet_dense")
+    assert "on this view: -10.0 points" in text and "not rerun): csbm" in text

@@ -5,7 +5,11 @@ entity.n.01, then offset); edges: the @ / @i links among chosen synsets, undirec
 same synsets are the two domains: the gloss definition (source) and the lemma words + quoted examples
 (target; ~45 % of its rows are empty, so propagation must fill them in).
 
-    wordnet_open_set(path=None, known=..., unknown=..., per_class=400, vocab_size=1000) -> dict
+    wordnet_open_set(path=None, known=..., unknown=..., per_class=400, vocab_size=1000, target_view="lemma") -> dict
+
+Target views (`target_view`): "lemma" (the spec's view: lemma words + quoted examples), "lemma_hyper1" / "lemma_hyper2"
+(the same plus the lemma words of the synset's hypernyms (@ / @i) up to 1 / 2 links up, read from the whole of
+WordNet, so every node gets the words a dictionary would define it by; an option added for issue 22, item 7).
 """
 
 from __future__ import annotations
@@ -86,8 +90,42 @@ def _same_class_descendant_counts(synsets, pos, members: list[int]) -> dict[int,
     return count
 
 
-@lru_cache(maxsize=2)
-def _build(path: str | None, known: tuple, unknown: tuple, per_class: int, vocab_size: int) -> dict:
+TARGET_VIEWS = ("lemma", "lemma_hyper1", "lemma_hyper2")
+
+
+def _lemma_text(s) -> str:
+    return " ".join(w.replace("_", " ") for w in s.words)
+
+
+def _ancestors(synsets, pos, i: int, hops: int) -> list[int]:
+    """Synsets reachable upward through @ / @i in 1..hops links (each once, nearest first)."""
+    out, seen, frontier = [], {i}, [i]
+    for _ in range(hops):
+        nxt = []
+        for j in frontier:
+            for t in synsets[j].hypernyms + synsets[j].instance_hypernyms:
+                p = pos[t]
+                if p not in seen:
+                    seen.add(p)
+                    nxt.append(p)
+        out += nxt
+        frontier = nxt
+    return out
+
+
+def target_text(synsets, pos, g: int, view: str = "lemma") -> str:
+    """Text of the target view of synset index g."""
+    if view not in TARGET_VIEWS:
+        raise ValueError(f"target_view {view!r}: expected one of {TARGET_VIEWS}")
+    s = synsets[g]
+    text = _lemma_text(s) + " " + " ".join(gloss_examples(s.gloss))
+    hops = {"lemma": 0, "lemma_hyper1": 1, "lemma_hyper2": 2}[view]
+    return text + "".join(" " + _lemma_text(synsets[a]) for a in _ancestors(synsets, pos, g, hops))
+
+
+@lru_cache(maxsize=4)
+def _build(path: str | None, known: tuple, unknown: tuple, per_class: int, vocab_size: int,
+           target_view: str = "lemma") -> dict:
     synsets = noun_synsets(path)
     pos = {s.offset: i for i, s in enumerate(synsets)}
     depth = _depths(synsets, pos)
@@ -114,8 +152,7 @@ def _build(path: str | None, known: tuple, unknown: tuple, per_class: int, vocab
     edge_index = np.stack([np.concatenate([lo, hi]), np.concatenate([hi, lo])])
 
     src_docs = [set(tokens(gloss_definition(synsets[g].gloss))) for g in chosen]
-    tgt_docs = [set(tokens(" ".join(w.replace("_", " ") for w in synsets[g].words) + " "
-                           + " ".join(gloss_examples(synsets[g].gloss)))) for g in chosen]
+    tgt_docs = [set(tokens(target_text(synsets, pos, g, target_view))) for g in chosen]
     df: dict[str, int] = {}
     for doc in src_docs + tgt_docs:  # document frequency over both views (8,000 documents)
         for t in doc:
@@ -135,10 +172,14 @@ def _build(path: str | None, known: tuple, unknown: tuple, per_class: int, vocab
             "edge_index": edge_index, "vocab": vocab, "classes": classes, "offsets": [synsets[g].offset for g in chosen]}
 
 
-def wordnet_open_set(path=None, known=KNOWN, unknown=UNKNOWN, per_class: int = 400, vocab_size: int = 1000) -> dict:
+def wordnet_open_set(path=None, known=KNOWN, unknown=UNKNOWN, per_class: int = 400, vocab_size: int = 1000,
+                     target_view: str = "lemma") -> dict:
     """Source = known-class nodes with gloss features and the edges among them; target = all nodes with lemma +
-    example features. Labels are class ids in `known + unknown` order (known first: 0..K-1)."""
-    g = _build(str(path) if path else None, tuple(known), tuple(unknown), per_class, vocab_size)
+    example features (+ hypernym lemmas for the lemma_hyper* views). Labels are class ids in `known + unknown`
+    order (known first: 0..K-1)."""
+    if target_view not in TARGET_VIEWS:
+        raise ValueError(f"target_view {target_view!r}: expected one of {TARGET_VIEWS}")
+    g = _build(str(path) if path else None, tuple(known), tuple(unknown), per_class, vocab_size, target_view)
     y, ei = g["y"], g["edge_index"]
     k = len(known)
     keep = np.flatnonzero(y < k)

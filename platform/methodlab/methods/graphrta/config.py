@@ -52,6 +52,9 @@ class Config(MethodConfig):
                                         min_length=1, description="WordNet unknown (target-private) classes.")
     per_class: int = Field(400, ge=5, le=5000, description="WordNet synsets per class.")
     vocab_size: int = Field(1000, ge=10, le=2000, description="WordNet bag-of-words vocabulary size.")
+    wordnet_target_view: Literal["lemma", "lemma_hyper1", "lemma_hyper2"] = Field(
+        "lemma", description="WordNet target view: lemma words + quoted examples (spec), plus the lemma words of the "
+        "hypernyms 1 or 2 links up (lemma_hyper1 / lemma_hyper2: denser rows, issue 22).")
     data_dir: str | None = Field(None, description="Folder of citation / WebKB / ogbn-arxiv files.")
     source_name: str | None = Field(None, description="citation: source name (acmv9, citationv1, dblpv7); npz: source file.")
     target_name: str | None = Field(None, description="citation: target name; webkb: target folder; npz: target file.")

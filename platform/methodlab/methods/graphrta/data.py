@@ -45,7 +45,7 @@ def _raw(cfg, data_seed: int, progress) -> dict:
         from methodlab.data.graphrta_wordnet import wordnet_open_set
 
         return wordnet_open_set(cfg.wordnet_path, cfg.known_lexnames, cfg.unknown_lexnames, cfg.per_class,
-                                cfg.vocab_size)
+                                cfg.vocab_size, cfg.wordnet_target_view)
     from methodlab.data import graphrta_loaders as L
 
     if cfg.data == "citation":

@@ -17,14 +17,26 @@ import numpy as np
 SEEDS = (0, 1, 2)
 METHODS = ("graphrta", "source_only", "source_threshold", "no_model_rp", "no_graph_rp")
 # Each setting is its job file (the config a user runs) plus reporting cadence only.
-JOBS = {"csbm": "jobs/graphrta/csbm.yaml", "wordnet": "jobs/graphrta/wordnet.yaml"}
-CADENCE = {"csbm": dict(log_every=20, checkpoint_every=10_000), "wordnet": dict(log_every=10, checkpoint_every=10_000)}
+JOBS = {"csbm": "jobs/graphrta/csbm.yaml", "wordnet": "jobs/graphrta/wordnet.yaml",
+        "wordnet_dense": "jobs/graphrta/wordnet.yaml"}
+# wordnet_dense (issue 22, item 7; not a spec claim): the WordNet job with the denser target view (lemma words +
+# quoted examples + the lemma words of the hypernyms up to 2 links up: 1.9 % empty rows instead of 44 %), to show
+# what the features do to every arm. Only GraphRTA and the two source-only baselines.
+EXTRA = {"wordnet_dense": {"wordnet_target_view": "lemma_hyper2"}}
+SETTING_METHODS = {"wordnet_dense": ("graphrta", "source_only", "source_threshold")}
+CADENCE = {"csbm": dict(log_every=20, checkpoint_every=10_000), "wordnet": dict(log_every=10, checkpoint_every=10_000),
+           "wordnet_dense": dict(log_every=10, checkpoint_every=10_000)}
 
 
 def setting_config(name: str) -> dict:
     from methodlab.specs.files import load_job
 
-    return {**load_job(JOBS[name]).config.model_dump(mode="json", exclude_defaults=True), **CADENCE[name]}
+    return {**load_job(JOBS[name]).config.model_dump(mode="json", exclude_defaults=True), **EXTRA.get(name, {}),
+            **CADENCE[name]}
+
+
+def methods_of(name: str) -> tuple:
+    return SETTING_METHODS.get(name, METHODS)
 
 
 KEYS = ("eval/h_score", "eval/acc_known", "eval/acc_unknown", "eval/acc")
@@ -58,7 +70,7 @@ def _jobs(settings, seeds, overrides):
     for name in settings:
         base = setting_config(name)
         for s in seeds:
-            for m in METHODS:
+            for m in methods_of(name):
                 jobs.append({"setting": name, "config": {**base, **overrides.get(name, {}), "seed": s, "method": m}})
     return jobs
 
@@ -77,10 +89,37 @@ def _pct(v):
     return f"{100 * v:.1f}"
 
 
-def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, settings=("csbm", "wordnet"),
+def _carried_over(path: Path, names) -> tuple[dict, list]:
+    """Sections and claim rows of settings NOT rerun, copied from the existing report (marked as carried over)."""
+    if not names or not path.exists():
+        return {}, []
+    text = path.read_text()
+    sections, claims = {}, []
+    for name in names:
+        start = text.find(f"## {name}:")
+        if start < 0:
+            continue
+        end = text.find("\n## ", start + 3)
+        body = text[start:end if end > 0 else len(text)].rstrip()
+        head, _, rest = body.partition("\n")
+        sections[name] = f"{head} (carried over from the previous reproduction, not rerun in this invocation)\n{rest}"
+        claims += [line for line in text.splitlines() if line.lower().startswith(f"| {name}:")]
+    return sections, claims
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, settings=None,
          overrides: dict | None = None) -> str:
+    """`settings` (env METHODLAB_GRAPHRTA_SETTINGS, e.g. "wordnet"): rerun only those settings; the sections and
+    claim rows of the others are carried over from the existing report, marked as such."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if settings is None:
+        env = os.environ.get("METHODLAB_GRAPHRTA_SETTINGS", "")
+        settings = tuple(x.strip() for x in env.split(",") if x.strip()) or tuple(JOBS)
+    unknown = [x for x in settings if x not in JOBS]
+    if unknown:
+        raise ValueError(f"METHODLAB_GRAPHRTA_SETTINGS: unknown setting(s) {unknown}; expected some of {list(JOBS)}")
+    carried = _carried_over(out / "graphrta.md", [x for x in JOBS if x not in settings])
     seeds = SEEDS[:1] if quick else SEEDS
     overrides = overrides or ({k: {"adapt_epochs": 40} for k in JOBS} if quick else {})
     # Settings run one after the other (CSBM, the main claim, first); every finished fit is appended to a cache
@@ -104,28 +143,36 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, settin
                 with open(cache, "a") as fh:
                     fh.write(json.dumps(r) + "\n")
         path = _report(out, results, settings[:k + 1], settings[k + 1:], seeds, quick, workers, overrides,
-                       time.perf_counter() - t0)
+                       time.perf_counter() - t0, carried)
     return path
 
 
-def _report(out, results, settings, pending, seeds, quick, workers, overrides, wall):
+def _report(out, results, settings, pending, seeds, quick, workers, overrides, wall, carried=({}, [])):
     claims, sections = [], []
     for name in settings:
         rows = []
-        for m in METHODS:
+        for m in methods_of(name):
             vals = {k: _get(results, name, m, k) for k in KEYS}
             per_seed = " / ".join(_pct(v) for v in vals["eval/h_score"])
             rows.append([m, per_seed, *[_pct(float(np.mean(vals[k]))) for k in KEYS]])
-        walls = {m: np.mean([r["wall_s"] for r in results if r["setting"] == name and r["method"] == m]) for m in METHODS}
+        walls = {m: np.mean([r["wall_s"] for r in results if r["setting"] == name and r["method"] == m]) for m in methods_of(name)}
         sections.append(f"## {name}: target test nodes, % (seeds {list(seeds)})\n\n" + _table(
             ["method", "H-score per seed", "H-score mean", "a_k (known, class-avg) mean", "a_u (unknown recall) mean",
              "acc (K+1) mean"], rows) + "\n\nMean wall time per run (s): "
-            + ", ".join(f"{m} {walls[m]:.0f}" for m in METHODS))
+            + ", ".join(f"{m} {walls[m]:.0f}" for m in methods_of(name)))
         collapsed = [f"{m} seed {r['seed']} (predicts unknown for {100 * r['final']['eval/pred_unknown_rate']:.0f} % of nodes)"
                      for m in ("graphrta", "no_model_rp", "no_graph_rp") for r in results
                      if r["setting"] == name and r["method"] == m and r["final"]["eval/acc_known"] < 0.2]
         sections[-1] += ("\n\nCollapsed adaptation runs (a_k < 20 %): " + ("; ".join(collapsed) if collapsed else "none") + ".")
-        h = {m: float(np.mean(_get(results, name, m, "eval/h_score"))) for m in METHODS}
+        h = {m: float(np.mean(_get(results, name, m, "eval/h_score"))) for m in methods_of(name)}
+        sections[-1] += ("\n\nPredicted-unknown share of the target test nodes, mean: "
+                         + ", ".join(f"{m} {100 * float(np.mean(_get(results, name, m, 'eval/pred_unknown_rate'))):.0f} %"
+                                     for m in methods_of(name)) + ".")
+        if name == "wordnet_dense":
+            sections[-1] = sections[-1].replace(f"## {name}:", f"## {name} (WordNet job, wordnet_target_view=lemma_hyper2; "
+                                                "extra, not a spec claim):", 1)
+            sections[-1] += (f" H(GraphRTA) - H(source-only K+1) on this view: {100 * (h['graphrta'] - h['source_only']):+.1f} "
+                             "points (the spec's bar for the WordNet claim, on the spec's view: +3).")
         if name == "csbm":
             ak = float(np.mean(_get(results, name, "graphrta", "eval/acc_known")))
             au = float(np.mean(_get(results, name, "graphrta", "eval/acc_unknown")))
@@ -139,15 +186,24 @@ def _report(out, results, settings, pending, seeds, quick, workers, overrides, w
         if name == "wordnet":
             claims.append(("WordNet: H(GraphRTA) >= H(source-only K+1) + 3", h["graphrta"] - h["source_only"],
                            h["graphrta"] >= h["source_only"] + 0.03))
-    png = _plot(results, settings, out / "graphrta.png")
+    claim_rows = [[c, f"{100 * v:+.1f}", "PASS" if ok else "FAIL"] for c, v, ok in claims]
+    order = list(JOBS)
+    if carried[0]:  # settings not rerun: their sections and claim rows as the previous report had them
+        sections = [carried[0].get(n) or sections[settings.index(n)] for n in order if n in carried[0] or n in settings]
+        old_rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in carried[1]]
+        claim_rows = [r for r in old_rows] + claim_rows if order[0] in carried[0] else claim_rows + old_rows
+    png = _plot(results, settings, out / ("graphrta.png" if not carried[0] else "graphrta_rerun.png"))
     lines = ["# graphrta (GraphRTA) reproduction", "",
              f"Seeds {list(seeds)}{' (QUICK: reduced)' if quick else ''}; {len(results)} fits on {workers} worker(s), "
              f"wall time {wall / 60:.1f} min in this invocation (fits cached from an earlier one are reused; the fits "
              f"themselves took {sum(r['wall_s'] for r in results) / 60:.0f} min summed over workers)."
-             + (f" NOT RUN (yet): {', '.join(pending)}." if pending else "") + " Every number is the output of the method's own `fit` "
-             "(jobs/graphrta/csbm.yaml, jobs/graphrta/wordnet.yaml; overrides: " + repr(overrides) + ").", "",
+             + (f" NOT RUN (yet): {', '.join(pending)}." if pending else "")
+             + (f" Rerun in this invocation ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}): {', '.join(settings)}; carried over from the previous report (not rerun): "
+                f"{', '.join(carried[0])}." if carried[0] else "") + " Every number is the output of the method's own `fit` "
+             "(jobs/graphrta/csbm.yaml, jobs/graphrta/wordnet.yaml; wordnet_dense: the WordNet job with "
+             "wordnet_target_view=lemma_hyper2; overrides: " + repr(overrides) + ").", "",
              "## Claims (differences in H-score points)", "",
-             _table(["claim", "value (points)", "result"], [[c, f"{100 * v:+.1f}", "PASS" if ok else "FAIL"] for c, v, ok in claims]),
+             _table(["claim", "value (points)", "result"], claim_rows),
              "", *[s + "\n" for s in sections],
              "## Notes", "",
              f"- Adaptation epochs: CSBM {_epochs('csbm')}, WordNet {_epochs('wordnet')} (spec default 200), as in the "
@@ -179,6 +235,36 @@ def _report(out, results, settings, pending, seeds, quick, workers, overrides, w
              "feature perturbation stops the collapse: lr_feat 1e-4 / 1e-5: 53.5 / 54.0; lambda_x 0.1: 54.2. The gain over "
              "the start stays near 1 point, and faster adaptation drifts again: lambda_x 0.1 with adapt_lr 1e-3 gives 49.8, "
              "with 3e-3 43.8. The best-threshold baseline reaches 64.5 only by reading target labels.",
+             "- Issue 22, item 7 (WordNet +0.6 of +3): is it the features? Measured on development seeds 10, 11, 12, "
+             "every arm on the same features, H-score % (source-only K+1 -> GraphRTA, 60 epochs). Target views "
+             "(config `wordnet_target_view`; source view unchanged: gloss definitions): `lemma` (the spec's view: "
+             "lemma words + quoted examples) has 44.1 % empty target rows (45.4 % of unknown-class rows), "
+             "`lemma_hyper1` (+ the lemma words of the direct hypernyms, from the whole of WordNet) 11.1 %, `lemma_hyper2` "
+             "(+ two links up) 1.9 %; vocabulary 2,000 (the spec's maximum) would leave 34.9 % empty on the lemma view. "
+             "lemma: 53.2 -> 54.2, 52.9 -> 52.3, 52.8 -> 53.9 (GraphRTA - source-only +0.5). lemma_hyper1: "
+             "74.9 -> 70.7, 73.5 -> 68.5, 74.4 -> 71.2 (-4.1; best-threshold 76.8 / 76.4 / 77.1). lemma_hyper2 "
+             "(seed 10): 80.4 -> 75.9 (-4.4); with beta_ph = beta_mix = 0.3 (all arms): 79.0 -> 79.0. Denser features "
+             "lift every arm by 20-27 points, and GraphRTA's margin over source-only gets worse, not better, so the "
+             "shortfall is not in the features. The spec's lemma view stays the WordNet default; the denser view is "
+             "reported above as `wordnet_dense` (seeds 0-2).",
+             "- Is 'unknown' mis-handled? Source-only predicts 'unknown' for 74 % of target nodes on the lemma view "
+             "(true share 40 %), but for 4.6 % of its own source validation nodes (seed 10), and its K-way argmax is right "
+             "for 75 % of the known target nodes, yet 61 % of them get 'unknown': the unknown logit wins on shifted "
+             "rows (81 % of the known nodes with an empty row, 46 % of those with words). There is no threshold in the K+1 "
+             "arms; the same head on the lemma_hyper1 view predicts 'unknown' for 51 % (30 % of known nodes). So it is "
+             "the K+1 head under the domain shift, the same for every arm, not a mis-set threshold.",
+             "- Where GraphRTA loses on the denser views (lemma_hyper1, seed 10, 20 adaptation epochs, start 74.9): the "
+             "H-score drops within 2 epochs (71.6) and the predicted-unknown share rises from 51 % to 63 %. Ablations: "
+             "defaults 70.7; w_adv = 0: 70.6; w_ent = 0: 69.0; lr_feat 1e-5 (Delta X frozen): 73.3 (75.9 after 2 "
+             "epochs); w_unk = 0: 74.4 (unknown share 55 %). The soft unknown supervision is the main driver; its weights "
+             "come from the Beta mixture: fitted on the source-only model's u, the known component is narrow (Beta(4.8, "
+             "29), mean 0.14) and the unknown one J-shaped (Beta(1.09, 0.27)), so w > 0.5 from u = 0.3 on: 60 % of nodes "
+             "get w > 0.5 (argmax: 51 %, truth 40 %). Replacing w by u itself (config bmm_warmup >= epochs; diagnostic, "
+             "not the paper's method) on lemma_hyper2 seed 10: 81.3 against 75.9 with the BMM (source-only 80.4). "
+             "GraphRTA's unknown terms push towards 'unknown'; that lifts CSBM, where source-only under-predicts it "
+             "(a_u 40 %), and costs WordNet, where source-only already over-predicts it on every view tried. The "
+             "best-threshold baseline (tau read from labelled target nodes) shows the room a better unknown boundary "
+             "would give; nothing in GraphRTA's unsupervised objective finds it here.",
              "- No official code could be read; the paper's citation / arxiv tables are not reproduced here.",
              "", f"![H-score per method and adaptation curves]({png.name})", ""]
     path = out / "graphrta.md"

@@ -194,6 +194,32 @@ def test_full_and_sampled_softmax_losses_match_their_definitions():
     assert float(div) == pytest.approx(float(F.cross_entropy(logits / 400.0, d)), rel=1e-5)
 
 
+
+def test_uniform_only_sampled_softmax_leaves_other_rows_positives_out():
+    """in_batch_negatives=False: row i's candidates are its own positive + the shared uniform docs only, so a
+    popular doc that is another row's positive (a general ancestor) is not an extra negative."""
+    torch.manual_seed(0)
+    model = DualEncoder(50, 6, 0.4)
+    q, d = torch.tensor([3, 7, 9, 12]), torch.tensor([1, 7, 2, 30])
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    loss = softmax_loss(model, q, d, T=20.0, temperature_mode="scale", full=False, num_negatives=40, gen=g1,
+                        in_batch=False)
+    uni = torch.randint(0, 50, (40,), generator=g2)
+    fq = F.normalize(model.query[q], dim=-1)
+    ref = []
+    for i in range(len(q)):
+        negs = [int(u) for u in uni if int(u) != int(d[i])]  # an accidental copy of d_i is masked
+        lg = 20.0 * fq[i] @ F.normalize(model.doc[torch.tensor([int(d[i])] + negs)], dim=-1).T
+        ref.append(-torch.log_softmax(lg, 0)[0])
+    assert float(loss) == pytest.approx(float(torch.stack(ref).mean()), rel=1e-5)
+    with_batch = softmax_loss(model, q, d, T=20.0, temperature_mode="scale", full=False, num_negatives=40,
+                              gen=torch.Generator().manual_seed(5))
+    assert float(with_batch) > float(loss)  # the in-batch version has strictly more negatives per row
+    w = torch.tensor([1.0, 5.0, 1.0, 1.0])
+    lw = softmax_loss(model, q, d, T=20.0, temperature_mode="scale", full=False, num_negatives=40,
+                      gen=torch.Generator().manual_seed(5), in_batch=False, weight=w)
+    assert float(lw) == pytest.approx(float((torch.stack(ref) * w).mean()), rel=1e-5)
+
 def test_constructive_embedding_separates_at_theory_dim_and_fails_at_dim_16():
     cfg = Config(branching=3, depth=6)
     data = build_data(cfg)

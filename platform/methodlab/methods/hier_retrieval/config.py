@@ -47,6 +47,9 @@ class Config(MethodConfig):
     negatives: Literal["auto", "full", "sampled"] = Field(
         "auto", description="auto: full softmax when m <= 1e4 (or GPU and m <= 1e5), else sampled.")
     num_negatives: int = Field(8192, ge=1, le=1_000_000, description="Sampled: uniform docs per step, shared by the batch (+ in-batch positives).")
+    in_batch_negatives: bool = Field(
+        True, description="Sampled softmax: also use the batch's other positives as negatives (spec's CPU preset). False: "
+        "uniform negatives only, the full softmax's unbiased stand-in (in-batch over-samples popular general ancestors).")
     mask_other_positives: bool = Field(False, description="[RECON] Drop the query's other relevant docs from the negatives.")
 
     # --- optimisation --------------------------------------------------------------------------------

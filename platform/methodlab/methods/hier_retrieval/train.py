@@ -141,7 +141,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             weight = torch.where(dist >= cfg.delta_long, cfg.w_long, 1.0)
         T = cfg.scale_pretrain if stage == "pretrain" else cfg.scale_finetune
         loss = softmax_loss(model, q, d, T=T, temperature_mode=cfg.temperature_mode, full=full,
-                            num_negatives=cfg.num_negatives, gen=gen, weight=weight, other_pos=other)
+                            num_negatives=cfg.num_negatives, gen=gen, weight=weight, other_pos=other,
+                            in_batch=cfg.in_batch_negatives)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if stage == "finetune" and cfg.freeze_doc_tower and model.doc is not None:

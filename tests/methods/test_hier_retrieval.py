@@ -306,6 +306,22 @@ def test_resume_continues_at_saved_step(tmp_path):
     assert out["eval/recall_overall"] == pytest.approx(full["eval/recall_overall"])
 
 
+
+def test_pretrain_wall_clock_cap_ends_pretraining_and_still_finetunes(monkeypatch):
+    """max_pretrain_s: pretraining stops at the first step past the cap, the finetune stage still runs in full
+    after it, and the steps reached are reported."""
+    from methodlab.methods.hier_retrieval import train as tr
+
+    clock = iter(range(10_000))  # one fake second per perf_counter() call
+    monkeypatch.setattr(tr.time, "perf_counter", lambda: float(next(clock)))
+    cfg = Config(**{**Config.smoke, "steps": 200, "finetune_steps": 20, "equal_total_steps": False,
+                    "max_pretrain_s": 30.0, "eval_every": 1000})
+    stages = []
+    out = tr.fit(cfg, RunContext(report_fn=lambda m, c: stages.append((m["step"], m["stage"]))))
+    pre = out["pretrain/steps"]
+    assert 20 <= pre <= 40 and out["step"] == pre + 20  # stopped early; 20 finetune steps after it
+    assert (pre, "pretrain") in stages and out["time/pretrain_s"] > 30
+
 # --- serving ---------------------------------------------------------------------------------------------------
 def test_predictor_ranks_ancestors_and_rejects_unknown_queries(smoke_root):
     from methodlab.core.checkpoint import latest_checkpoint

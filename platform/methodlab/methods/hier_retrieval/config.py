@@ -47,6 +47,9 @@ class Config(MethodConfig):
     negatives: Literal["auto", "full", "sampled"] = Field(
         "auto", description="auto: full softmax when m <= 1e4 (or GPU and m <= 1e5), else sampled.")
     num_negatives: int = Field(8192, ge=1, le=1_000_000, description="Sampled: uniform docs per step, shared by the batch (+ in-batch positives).")
+    in_batch_negatives: bool = Field(
+        True, description="Sampled softmax: also use the batch's other positives as negatives (spec's CPU preset). False: "
+        "uniform negatives only, the full softmax's unbiased stand-in (in-batch over-samples popular general ancestors).")
     mask_other_positives: bool = Field(False, description="[RECON] Drop the query's other relevant docs from the negatives.")
 
     # --- optimisation --------------------------------------------------------------------------------
@@ -62,6 +65,9 @@ class Config(MethodConfig):
     freeze_doc_tower: bool = Field(False, description="[RECON] Finetune the query tower only.")
     finetune_mix: float = Field(0.0, ge=0.0, lt=1.0, description="[RECON] fraction of ordinary (short) pairs replayed while finetuning.")
     w_long: float = Field(5.0, ge=0.0, le=1e3, description="Rebalanced: loss weight of pairs with dist >= delta_long (sampling unchanged).")
+    max_pretrain_s: float | None = Field(
+        None, gt=0.0, description="Wall-clock cap (s) on the pretraining stage: it ends at the first step past the cap, "
+        "and the steps reached are reported (pretrain/steps). None: run all `steps`.")
     pretrain_from: str | None = Field(None, description="pretrain_finetune: a checkpoint of a standard run to finetune from (skips pretraining).")
 
     # --- evaluation ----------------------------------------------------------------------------------

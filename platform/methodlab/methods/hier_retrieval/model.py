@@ -48,11 +48,14 @@ def to_logits(cos: torch.Tensor, T: float, mode: str) -> torch.Tensor:
 
 def softmax_loss(model: DualEncoder, q: torch.Tensor, d_pos: torch.Tensor, *, T: float, temperature_mode: str,
                  full: bool, num_negatives: int, gen: torch.Generator, weight: torch.Tensor | None = None,
-                 other_pos=None) -> torch.Tensor:
+                 other_pos=None, in_batch: bool = True) -> torch.Tensor:
     """Cross-entropy of the positive against the negatives N.
     full:    N = all documents, target = d_pos.
     sampled: candidates = the batch's positives (in-batch) + num_negatives uniform docs shared by the batch;
              target of row i = column i; a copy of row i's own d_pos elsewhere among the candidates is masked.
+             in_batch=False: candidates of row i = its own d_pos + the uniform docs only (no other row's positive),
+             so the negatives are uniform, as the full softmax's are; popular docs (general ancestors, which are
+             the positives of many rows) are not over-sampled as negatives.
     other_pos(q, cand) -> bool mask of candidates relevant to q (mask_other_positives), or None."""
     fq = model.f(q)
     if full:
@@ -61,6 +64,15 @@ def softmax_loss(model: DualEncoder, q: torch.Tensor, d_pos: torch.Tensor, *, T:
         target = d_pos
     else:
         uni = torch.randint(0, model.query.shape[0], (num_negatives,), generator=gen).to(q.device)
+        if not in_batch:  # column 0 = the row's own positive, then the shared uniform docs
+            pos = to_logits((fq * model.g(d_pos)).sum(-1, keepdim=True), T, temperature_mode)
+            neg = to_logits(fq @ model.g(uni).T, T, temperature_mode)
+            neg = neg.masked_fill(uni[None, :] == d_pos[:, None], float("-inf"))  # an accidental copy of d_pos
+            if other_pos is not None:
+                neg = neg.masked_fill(other_pos(q, uni), float("-inf"))
+            loss = F.cross_entropy(torch.cat([pos, neg], 1), torch.zeros(len(q), dtype=torch.long, device=q.device),
+                                   reduction="none")
+            return loss.mean() if weight is None else (loss * weight).mean()
         cand = torch.cat([d_pos, uni])
         logits = to_logits(fq @ model.g(cand).T, T, temperature_mode)
         target = torch.arange(len(q), device=q.device)

@@ -5,12 +5,19 @@
 2. Main claims: standard vs rebalanced vs pretrain-finetune, dim 16, 3,000 steps each, 3 seeds.
 3. WordNet nouns (82,115 synsets): the three recipes at a reduced CPU scale (stated in the report),
    recall by distance beside the paper's dim-64 anchor (distance 8: 19% -> 76%).
-Writes reports/hier_retrieval.md and reports/hier_retrieval.png."""
+4. (--full, or METHODLAB_HIER_RETRIEVAL_PARTS=wordnet_large) WordNet at the largest CPU scale that fits ~30 minutes
+   (the paper's dim 64, pretraining capped at METHODLAB_HIER_RETRIEVAL_LARGE_S seconds of wall time, then
+   pretrain-finetune from it), beside the paper's table. Its raw results go to reports/hier_retrieval_wordnet_large.json;
+   a run of that part alone replaces section 4 of the existing report and keeps sections 1-3 and the claims.
+Writes reports/hier_retrieval.md and reports/hier_retrieval.png (+ hier_retrieval_wordnet_large.png)."""
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing as mp
+import os
+import re
 import shutil
 import tempfile
 import time
@@ -30,10 +37,25 @@ WORDNET = dict(data="wordnet", dim=32, delta_long=5, negatives="sampled", num_ne
                lr=1e-2, steps=1500, equal_total_steps=False, max_finetune_fraction=0.15, finetune_lr_ratio=0.1,
                val_queries=1000, eval_queries=5000, eval_every=500, finetune_eval_every=25, checkpoint_every=100000,
                torch_threads=1)
+# Section 4: the largest configuration that fits ~30 minutes of one shared CPU thread. The paper's dim 64; uniform
+# negatives only (in-batch negatives over-sample popular general ancestors as negatives: chosen on development seeds
+# 10-12, see the report); pretraining runs until LARGE_PRETRAIN_S of wall time (steps = an upper bound), then
+# pretrain-finetune continues from its final state for at most 0.15 x the pretraining steps reached.
+LARGE_PRETRAIN_S = 1320.0  # + finetune (<= 0.15 x) and evaluation: ~30 min in all
+WORDNET_LARGE = dict(data="wordnet", dim=64, delta_long=5, negatives="sampled", in_batch_negatives=False,
+                     num_negatives=2048, batch_size=2048, lr=1e-2, steps=1_000_000, equal_total_steps=False,
+                     max_finetune_fraction=0.15, finetune_lr_ratio=0.1, val_queries=2000, eval_queries=10000,
+                     eval_every=250, finetune_eval_every=50, checkpoint_every=10**9, torch_threads=1)
+PARTS = ("constructive", "synthetic", "wordnet", "wordnet_negatives", "wordnet_large")
+# The negatives choice of section 4, on development seeds at section 3's reduced scale (1,000 steps): the spec's
+# uniform + in-batch negatives against uniform negatives only.
+DEV_SEEDS = (10, 11, 12)
+NEG_DEV = dict(WORDNET, steps=1000, eval_every=1000, eval_queries=5000)
 PAPER_WN64 = {"standard": [100.0, 93.9, 86.9, 76.8, 60.2, 46.8, 36.1, 28.8, 19.4],
               "pretrain_finetune": [100.0, 90.8, 91.6, 92.7, 92.6, 91.8, 90.9, 87.3, 75.7]}
 PAPER_WN32 = {"standard": [100.0, 90.8, 79.2, 62.3, 46.4, 31.8, 20.1, 14.8, 8.4],
               "pretrain_finetune": [100.0, 77.3, 76.5, 80.4, 83.5, 84.2, 84.3, 80.1, 67.3]}
+PAPER_WN64_OVERALL = {"standard": 71.4, "pretrain_finetune": 92.3}
 RECIPES = ("standard", "rebalanced", "pretrain_finetune")
 
 
@@ -47,13 +69,27 @@ def _train(kw: dict, keep_final: str | None = None) -> dict:
 
     torch.set_num_threads(1)
 
+    curve = []
+
     def report(m, ckpt):
+        if m.get("stage") != "final":  # validation curve: step, short, long, d8, and the machine's 1-min load
+            curve.append({"step": m["step"], "stage": m["stage"], "short": m.get("val/recall_short"),
+                          "long": m.get("val/recall_long"), "d8": m.get("val/recall_d8"),
+                          "overall": m.get("val/recall_overall"), "t": time.time() - t, "load1": _load1()})
         if keep_final and ckpt is not None and m.get("stage") == "final":
             shutil.copytree(ckpt, keep_final, dirs_exist_ok=True)
     t = time.time()
     out = fit(Config(**kw), RunContext(report_fn=report))
     out["wall_s"] = time.time() - t
+    out["curve"] = curve
     return out
+
+
+def _load1() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return None
 
 
 def _constructive(seeds=(0, 1, 2)) -> dict:
@@ -101,27 +137,63 @@ def _fmt(x) -> str:
     return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
-def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str:
+def _f1(x) -> str:
+    return "?" if x is None else f"{x:.1f}"
+
+
+def _parts(full: bool, parts: str | None) -> set[str]:
+    """Parts to run: env METHODLAB_HIER_RETRIEVAL_PARTS (e.g. "wordnet_large"), else sections 1-3 (+ 4 with --full)."""
+    parts = parts if parts is not None else os.environ.get("METHODLAB_HIER_RETRIEVAL_PARTS")
+    if not parts:
+        return set(PARTS) if full else set(PARTS[:3])
+    sel = {x.strip() for x in parts.split(",") if x.strip()}
+    if sel == {"render"}:  # no runs: section 4 re-rendered from its stored results
+        return sel
+    bad = sel - set(PARTS)
+    if bad:
+        from methodlab.core import ConfigError
+        raise ConfigError(f"unknown part(s) {sorted(bad)}; choose from {list(PARTS)} or \"render\" (section 4 from its stored results)", field="METHODLAB_HIER_RETRIEVAL_PARTS")
+    if not set(PARTS[:3]) <= sel and not sel <= set(PARTS[3:]):
+        from methodlab.core import ConfigError
+        raise ConfigError("sections 1-3 run together (they make the claims table); alone, only wordnet_negatives and "
+                          "wordnet_large (section 4) can be rerun", field="METHODLAB_HIER_RETRIEVAL_PARTS")
+    return sel
+
+
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, full: bool = False,
+         parts: str | None = None) -> str:
+    """`full` (--full) adds section 4 (WordNet at the largest CPU scale, ~30 min more); `parts` (env
+    METHODLAB_HIER_RETRIEVAL_PARTS) selects: "wordnet_large" alone reruns section 4 into the existing report."""
     t0 = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    sel = _parts(full, parts)
     synth = dict(SYNTH, steps=1000) if quick else SYNTH
     wn = dict(WORDNET, steps=400, eval_queries=2000, val_queries=500) if quick else WORDNET
+    large_s = float(os.environ.get("METHODLAB_HIER_RETRIEVAL_LARGE_S", 60.0 if quick else LARGE_PRETRAIN_S))
+    wn_large = dict(WORDNET_LARGE, max_pretrain_s=large_s)
+    if quick:
+        wn_large.update(eval_queries=2000, val_queries=500, finetune_eval_every=25)
+    large_json = out / f"{SLUG}_wordnet_large{'_quick' if quick else ''}.json"
+    neg_json = out / f"{SLUG}_wordnet_negatives{'_quick' if quick else ''}.json"
+    neg_dev = dict(NEG_DEV, steps=200, eval_queries=2000, val_queries=500) if quick else NEG_DEV
+    neg = None
     ctx = mp.get_context("spawn")  # torch + fork can deadlock in OpenMP
     tmp = Path(tempfile.mkdtemp(prefix="hr-repro-"))
+    have_wn, wn_err, wn_res, large = True, None, {}, None
     try:
         with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
-            cons_f = pool.submit(_constructive)
-            syn_f = {(r, s): pool.submit(_train, dict(synth, recipe=r, seed=s)) for r in RECIPES for s in SEEDS}
-            from methodlab.data.wordnet import resolve_source
             from methodlab.core import MissingSourceError
+            from methodlab.data.wordnet import resolve_source
             try:
                 resolve_source()
-                have_wn = True
             except MissingSourceError as err:
                 have_wn, wn_err = False, str(err)
-            wn_res = {}
-            if have_wn:
+            main3 = set(PARTS[:3]) <= sel
+            if main3:
+                cons_f = pool.submit(_constructive)
+                syn_f = {(r, s): pool.submit(_train, dict(synth, recipe=r, seed=s)) for r in RECIPES for s in SEEDS}
+            if have_wn and main3:
                 std_dir = str(tmp / "wn_standard")
                 std_f = pool.submit(_train, dict(wn, recipe="standard", seed=0), std_dir)
                 reb_f = pool.submit(_train, dict(wn, recipe="rebalanced", seed=0))
@@ -134,19 +206,63 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
                 wn_res["pretrain_finetune"] = pf_f.result()
                 wn_res["pretrain_finetune (lr ratio 1e-3)"] = pf3_f.result()
                 wn_res["pretrain_finetune (lr ratio 1)"] = pf1_f.result()
-            cons = cons_f.result()
-            syn = {k: f.result() for k, f in syn_f.items()}
+            if have_wn and "wordnet_negatives" in sel:
+                futs = {(s, ib): pool.submit(_train, dict(neg_dev, recipe="standard", seed=s, in_batch_negatives=ib))
+                        for s in DEV_SEEDS for ib in (True, False)}
+                neg = {"config": neg_dev, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                       "runs": [{"seed": s, "in_batch": ib, **{k: v for k, v in f.result().items() if k != "curve"}}
+                                for (s, ib), f in futs.items()]}
+                neg_json.write_text(json.dumps(neg, default=float, indent=1))
+            if have_wn and "wordnet_large" in sel:
+                large = _wordnet_large(pool, wn_large, tmp, quick)
+                large_json.write_text(json.dumps(large, default=float, indent=1))
+            if main3:
+                cons = cons_f.result()
+                syn = {k: f.result() for k, f in syn_f.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     wall = time.time() - t0
-    text = _report(cons, syn, wn_res if have_wn else None, None if have_wn else wn_err, synth, wn, wall, quick)
+    if large is None and large_json.exists():  # section 4 from its last run (it runs only with --full)
+        large = json.loads(large_json.read_text())
+    if neg is None and neg_json.exists():
+        neg = json.loads(neg_json.read_text())
     path = out / f"{SLUG}.md"
+    show4 = bool(sel & set(PARTS[3:])) or large is not None or neg is not None
+    large_md = _large_section(large, neg, wn_err) if show4 else None
+    if set(PARTS[:3]) <= sel:
+        text = _report(cons, syn, wn_res if have_wn else None, wn_err, synth, wn, wall, quick, large_md)
+        _plot(syn, wn_res if have_wn else None, cons, out / f"{SLUG}.png")
+    else:  # section 4 alone: replace it in the existing report, keep sections 1-3 and the claims as they are
+        if not path.exists():
+            from methodlab.core import ConfigError
+            raise ConfigError(f"{path} does not exist: run the full reproduction first", field="METHODLAB_HIER_RETRIEVAL_PARTS")
+        text = _merge_large(path.read_text(), large_md, sorted(sel), wall, quick, note=sel != {"render"})
+    if large is not None:
+        _plot_large(large, out / f"{SLUG}_wordnet_large.png")
     path.write_text(text)
-    _plot(syn, wn_res if have_wn else None, cons, out / f"{SLUG}.png")
     return str(path)
 
 
-def _report(cons, syn, wn_res, wn_err, synth, wn, wall, quick) -> str:
+def _wordnet_large(pool, cfg: dict, tmp: Path, quick: bool) -> dict:
+    """Standard pretraining until the wall-clock cap, then pretrain-finetune from its final state (at most 0.15 x
+    the steps reached). The load average is sampled at every validation point (the machine is shared)."""
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load0 = _load1()
+    std_dir = str(tmp / "wn_large_standard")
+    std = pool.submit(_train, dict(cfg, recipe="standard", seed=0), std_dir).result()
+    pre = int(std["pretrain/steps"])
+    ft_steps = max(1, int(round(cfg["max_finetune_fraction"] * pre)))
+    pf = pool.submit(_train, dict(cfg, recipe="pretrain_finetune", seed=0, pretrain_from=std_dir, steps=pre,
+                                  finetune_steps=ft_steps)).result()
+    loads = [c["load1"] for r in (std, pf) for c in r["curve"] if c.get("load1") is not None]
+    return {"config": {k: v for k, v in cfg.items()}, "started": started,
+            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": quick,
+            "load1_start": load0, "load1_mean": float(np.mean(loads)) if loads else None,
+            "load1_max": float(np.max(loads)) if loads else None, "cores": os.cpu_count(),
+            "finetune_cap": ft_steps, "runs": {"standard": std, "pretrain_finetune": pf}}
+
+
+def _report(cons, syn, wn_res, wn_err, synth, wn, wall, quick, large_md: list[str] | None = None) -> str:
     L = [f"# hier_retrieval: reproduction report", "",
          "Hierarchical Retrieval: The Geometry and a Pretrain-Finetune Recipe (You et al., NeurIPS 2025).",
          f"Generated by `methodlab reproduce {SLUG}`{' --quick' if quick else ''} in {wall / 60:.1f} min "
@@ -250,12 +366,166 @@ def _report(cons, syn, wn_res, wn_err, synth, wn, wall, quick) -> str:
         s8, f8 = _buckets(wn_res["standard"]).get(8), _buckets(wn_res["pretrain_finetune"]).get(8)
         L += ["", f"Paper anchor (dim 64, distance 8): 19.4% -> 75.7%. Ours at distance 8: {_fmt(s8)} -> {_fmt(f8)} "
               "(context, not a pass bar).", ""]
+    if large_md:
+        L += large_md
     L += ["## Claims", "", "| claim | result |", "|---|---|"]
     L += [f"| {c} | {'PASS' if ok else 'FAIL'} |" for c, ok in claims]
     L += ["", "Differences from the paper: no code is public; pair sampling (gamma 0.5), batch size, the finetune lr ratio "
           "(0.1 instead of the paper's 1e-3, which changed nothing in the spec's measurement; the WordNet table shows "
           "both), T as a logit scale, and delta_long are the spec's reconstructions.", ""]
     return "\n".join(L)
+
+
+BEGIN4, END4 = "<!-- section 4: wordnet_large -->", "<!-- /section 4 -->"
+NOTE4 = "<!-- section 4 note -->"
+
+
+def _large_section(large: dict | None, neg: dict | None, wn_err: str | None) -> list[str]:
+    """Section 4: the negatives choice on development seeds, then the largest CPU run beside the paper's table."""
+    L = [BEGIN4, "## 4. WordNet at the largest CPU scale that fits ~30 minutes (1 seed)", ""]
+    if wn_err and large is None and neg is None:
+        return L + [f"Skipped: {wn_err}", "", END4, ""]
+    if neg is not None:
+        c = neg["config"]
+        L += [f"**Negatives, chosen on development seeds {', '.join(map(str, DEV_SEEDS))}** (section 3's scale: dim {c['dim']}, "
+              f"batch {c['batch_size']}, {c['num_negatives']:,} uniform negatives, lr {c['lr']:g}, {c['steps']:,} standard steps; "
+              f"{c['eval_queries']:,} evaluation queries; run {neg['when']}). The spec's CPU preset adds the batch's other "
+              "positives as negatives (in-batch). Those are drawn by popularity as positives, which over-samples the general "
+              "ancestors (entity, object, whole, ...) as negatives, and they are relevant to most queries of the batch. "
+              "Uniform negatives alone are the full softmax's unbiased stand-in (the paper's full softmax has no such skew).", "",
+              "| seed | negatives | short | long (d>=5) | d8 | overall | exact set |", "|---|---|---|---|---|---|---|"]
+        for r in sorted(neg["runs"], key=lambda r: (r["seed"], not r["in_batch"])):
+            L.append(f"| {r['seed']} | {'uniform + in-batch' if r['in_batch'] else 'uniform only'} | {_fmt(r['eval/recall_short'])} | "
+                     f"{_fmt(r['eval/recall_long'])} | {_fmt(r.get('eval/recall_d8'))} | {_fmt(r['eval/recall_overall'])} | "
+                     f"{_fmt(r['eval/exact_set'])} |")
+        for ib in (True, False):
+            rs = [r for r in neg["runs"] if r["in_batch"] == ib]
+            L.append(f"| **mean** | {'uniform + in-batch' if ib else 'uniform only'} | " + " | ".join(
+                f"**{_fmt(float(np.mean([r.get(k, float('nan')) for r in rs])))}**"
+                for k in ("eval/recall_short", "eval/recall_long", "eval/recall_d8", "eval/recall_overall", "eval/exact_set")) + " |")
+        L.append("")
+    if large is None:
+        return L + ["The large run has not been run (`METHODLAB_HIER_RETRIEVAL_PARTS=wordnet_large methodlab reproduce "
+                    "hier_retrieval`, or `--full`).", "", END4, ""]
+    c, std, pf = large["config"], large["runs"]["standard"], large["runs"]["pretrain_finetune"]
+    pre = int(std["pretrain/steps"])
+    pairs = pre * c["batch_size"]
+    tot = std["wall_s"] + pf["wall_s"]
+    L += [f"**The run** ({large['started']} to {large['finished']}{', --quick' if large.get('quick') else ''}): dim {c['dim']} "
+          f"(the paper's headline dim), batch {c['batch_size']:,} pairs, {c['num_negatives']:,} uniform negatives per step "
+          f"(shared by the batch; {'no in-batch negatives' if not c.get('in_batch_negatives', True) else 'plus in-batch'}), "
+          f"Adam lr {c['lr']:g}, T = 20, one thread. Standard pretraining ran until its wall-clock cap of "
+          f"{c['max_pretrain_s']:.0f} s: **{pre:,} steps** = {pairs / 1e6:.1f} M pairs = {pairs / 825_356:.1f} passes over the "
+          f"825,356 relevant pairs, {pairs / 82_115:.0f} pair visits per synset. Pretrain-finetune continues from its final "
+          f"state (Adam state carried) for at most {large['finetune_cap']:,} steps (0.15 x) on dist >= {c['delta_long']} pairs, "
+          f"T = 500, lr x {c['finetune_lr_ratio']:g}, keeping the best validation short/long mean of every "
+          f"{c['finetune_eval_every']} steps on {c['val_queries']:,} queries (kept: {pf['finetune/steps_used']:,} steps). "
+          f"Evaluation: {c['eval_queries']:,} queries (disjoint from validation) against all 82,115 documents, exact top-k, "
+          f"k = |R(q)|. **Wall: standard {std['wall_s'] / 60:.1f} min, finetune {pf['wall_s'] / 60:.1f} min, total "
+          f"{tot / 60:.1f} min** on a {large.get('cores', '?')}-core machine shared by ~7 engineers: 1-min load average "
+          f"{_f1(large.get('load1_start'))} at the start, mean {_f1(large.get('load1_mean'))}, max {_f1(large.get('load1_max'))} "
+          "over the validation points, so this one thread got a fraction of a core.", "",
+          "| recipe | short (d<=1) | long (d>=5) | d8 | pooled d>=8 | min bucket (>=50 pairs) | overall | exact set | steps | wall s |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, o in (("standard", std), ("pretrain_finetune", pf)):
+        b = _buckets(o)
+        steps = f"{pre:,}" if name == "standard" else f"{pre:,} + {o['finetune/steps_used']:,}"
+        L.append(f"| ours: {name} | {_fmt(o['eval/recall_short'])} | {_fmt(o['eval/recall_long'])} | {_fmt(b.get(8))} | "
+                 f"{_fmt(_pooled(o, 8))} | {_fmt(o['eval/recall_min'])} | {_fmt(o['eval/recall_overall'])} | "
+                 f"{_fmt(o['eval/exact_set'])} | {steps} | {o['wall_s']:.0f} |")
+    for name, key in (("standard", "standard"), ("pretrain-finetune", "pretrain_finetune")):
+        t = PAPER_WN64[key]
+        L.append(f"| paper dim 64: {name} | | | {t[8] / 100:.3f} | | {min(t) / 100:.3f} | "
+                 f"{PAPER_WN64_OVERALL[key] / 100:.3f} | | until convergence | |")
+    p = _pairs(std)
+    L += ["", "Recall by distance beside the paper (dim 64 and 32):", "",
+          "| distance | pairs | ours standard | ours pretrain-finetune | paper 64 standard | paper 64 PF | paper 32 standard | paper 32 PF |",
+          "|---|---|---|---|---|---|---|---|"]
+    for k in [k for k in sorted(p) if p[k] >= 50]:
+        pap = lambda t: f"{t[k] / 100:.3f}" if k < len(t) else ""  # noqa: E731
+        L.append(f"| {k} | {p[k]} | {_fmt(_buckets(std).get(k))} | {_fmt(_buckets(pf).get(k))} | "
+                 f"{pap(PAPER_WN64['standard'])} | {pap(PAPER_WN64['pretrain_finetune'])} | "
+                 f"{pap(PAPER_WN32['standard'])} | {pap(PAPER_WN32['pretrain_finetune'])} |")
+    s8, f8 = _buckets(std).get(8), _buckets(pf).get(8)
+    L += ["", f"**Paper (dim 64, distance 8): 19.4% -> 75.7%. This run: {_fmt(s8)} -> {_fmt(f8)}** "
+          f"(long d>=5: {_fmt(std['eval/recall_long'])} -> {_fmt(pf['eval/recall_long'])}; context, not a pass bar).", ""]
+    cur = [x for x in std["curve"] if x["stage"] == "pretrain"]
+    fcur = [x for x in pf["curve"] if x["stage"] == "finetune" or x["step"] == pre]
+    if cur and fcur:
+        back = next((x for x in cur if x["step"] >= pre - 1000), cur[0])
+        f_back = next((x for x in reversed(fcur) if x["step"] <= fcur[-1]["step"] - 50), fcur[0])
+        sb, pb = _buckets(std), PAPER_WN64["standard"]
+        above = [k for k in range(1, 9) if sb.get(k, 0) > pb[k] / 100]
+        below = [k for k in range(1, 9) if sb.get(k, 1) < pb[k] / 100]
+        L += [f"**Reading.** The dimension is the paper's 64; what this run lacks is steps. Pretraining stopped at {pre:,} "
+              f"steps with validation long recall still rising ({back['long']:.3f} at step {back['step']:,}, "
+              f"{cur[-1]['long']:.3f} at the end), and the finetune stage kept {pf['finetune/steps_used']:,} of the "
+              f"{large['finetune_cap']:,} steps its 0.15 cap allows, its validation long recall still rising by "
+              f"{fcur[-1]['long'] - f_back['long']:+.3f} over its last {fcur[-1]['step'] - f_back['step']} steps. "
+              f"Against the paper's standard model ours is above it at distances {', '.join(map(str, above)) or 'none'} and below "
+              f"it at {', '.join(map(str, below)) or 'none'}: {c['num_negatives']:,} uniform negatives per step (the paper: full softmax over 82,115 "
+              "documents, trained until convergence) fit the near ancestors first. So the gap at distance 8 (standard "
+              f"{_fmt(s8)} vs 0.194, pretrain-finetune {_fmt(f8)} vs 0.757) is that of a model {std['wall_s'] / 60:.0f} "
+              "minutes into training on a shared CPU thread, not a measured ceiling of the recipe.", ""]
+    if len(cur) > 12:
+        idx = sorted(set(np.linspace(0, len(cur) - 1, 12).round().astype(int).tolist()))
+        cur = [cur[i] for i in idx]
+    L += ["How the standard model's recall grows with steps (validation queries; the finetune stage's starting point is "
+          "the last row):", "", "| step | wall s | load (1 min) | short | long (d>=5) | d8 | overall |", "|---|---|---|---|---|---|---|"]
+    L += [f"| {x['step']:,} | {x['t']:.0f} | {_f1(x.get('load1'))} | {_fmt(x['short'])} | {_fmt(x['long'])} | "
+          f"{_fmt(x['d8'])} | {_fmt(x['overall'])} |" for x in cur]
+    if fcur:
+        L += ["", "Finetune stage (validation; the kept state is the best short/long mean):", "",
+              "| finetune step | short | long (d>=5) | d8 | overall |", "|---|---|---|---|---|"]
+        L += [f"| {x['step'] - pre:,} | {_fmt(x['short'])} | {_fmt(x['long'])} | {_fmt(x['d8'])} | {_fmt(x['overall'])} |"
+              for x in fcur]
+    L += ["", END4, ""]
+    return L
+
+
+def _merge_large(old: str, large_md: list[str], sel: list[str], wall: float, quick: bool, note: bool = True) -> str:
+    """Replace section 4 (or insert it before '## Claims') and the header note; sections 1-3 and the claims stay."""
+    block = "\n".join(large_md)
+    if BEGIN4 in old and END4 in old:
+        a, b = old.index(BEGIN4), old.index(END4) + len(END4)
+        new = old[:a] + block.rstrip("\n") + old[b:]
+    else:
+        new = old.replace("## Claims", block + "## Claims", 1)
+    if not note:  # re-rendered only: the note of the last run stays
+        return new
+    line = (f"{NOTE4} Section 4 (parts: {', '.join(sel)}) was rerun on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
+            f"`METHODLAB_HIER_RETRIEVAL_PARTS={','.join(sel)} methodlab reproduce {SLUG}{' --quick' if quick else ''}` "
+            f"in {wall / 60:.1f} min; sections 1-3 and the claims are from the full reproduction above.")
+    lines = [ln for ln in new.split("\n") if not ln.startswith(NOTE4)]
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("Generated by")), 2)
+    lines.insert(at + 1, line)
+    return "\n".join(lines)
+
+
+def _plot_large(large: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    std, pf = large["runs"]["standard"], large["runs"]["pretrain_finetune"]
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    ks = [k for k, n in sorted(_pairs(std).items()) if n >= 50]
+    for name, o, col in (("standard", std, "tab:blue"), ("pretrain_finetune", pf, "tab:green")):
+        b = _buckets(o)
+        ax[0].plot(ks, [b[k] for k in ks], marker="o", color=col, label=f"ours: {name}")
+        ax[0].plot(range(9), np.array(PAPER_WN64[name]) / 100, ls="--", color=col, alpha=0.6, label=f"paper dim 64: {name}")
+    ax[0].set(title=f"WordNet, dim {large['config']['dim']}, {int(std['pretrain/steps']):,} steps", xlabel="hierarchy distance",
+              ylabel="recall@|R(q)|", ylim=(0, 1.05))
+    ax[0].legend(fontsize=7)
+    cur = [x for x in std["curve"] if x["stage"] == "pretrain"]
+    for key, col in (("short", "tab:gray"), ("long", "tab:blue"), ("d8", "tab:purple")):
+        ax[1].plot([x["step"] for x in cur], [x[key] for x in cur], marker=".", color=col, label=f"standard: {key}")
+    ax[1].set(title="standard pretraining (validation)", xlabel="step", ylabel="recall@|R(q)|", ylim=(0, 1.05))
+    ax[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _plot(syn, wn_res, cons, path: Path) -> None:

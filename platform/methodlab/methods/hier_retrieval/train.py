@@ -9,6 +9,7 @@ Every step draws its pairs from a generator seeded by (seed, step), so a resumed
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -127,6 +128,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     if step >= pre and ft > 0:
         enter_finetune()
     loss_v = float("nan")
+    t_train, t_pre = time.perf_counter(), None
     while step < total:
         stage = stage_of(step)
         if stage == "finetune" and step == pre and best is None:
@@ -141,7 +143,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             weight = torch.where(dist >= cfg.delta_long, cfg.w_long, 1.0)
         T = cfg.scale_pretrain if stage == "pretrain" else cfg.scale_finetune
         loss = softmax_loss(model, q, d, T=T, temperature_mode=cfg.temperature_mode, full=full,
-                            num_negatives=cfg.num_negatives, gen=gen, weight=weight, other_pos=other)
+                            num_negatives=cfg.num_negatives, gen=gen, weight=weight, other_pos=other,
+                            in_batch=cfg.in_batch_negatives)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if stage == "finetune" and cfg.freeze_doc_tower and model.doc is not None:
@@ -149,6 +152,11 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         opt.step()
         step += 1
         loss_v = loss.item()
+        if stage == "pretrain" and step < pre and cfg.max_pretrain_s is not None \
+                and time.perf_counter() - t_train > cfg.max_pretrain_s:
+            pre, total = step, step + ft  # the wall-clock budget ends pretraining here; the steps reached are reported
+        if stage == "pretrain" and step == pre:
+            t_pre = time.perf_counter() - t_train
 
         if stage == "pretrain" and (step % cfg.eval_every == 0 or step == pre):
             report({"train/loss": loss_v, "lr": cfg.lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
@@ -164,7 +172,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     model.eval()
     final = {"step": step, "stage": "final", "train/loss": loss_v, "finetune/best_step": best_step,
              "finetune/steps_used": max(0, best_step - pre) if best is not None else 0,
-             "negatives/full_softmax": float(full),
+             "negatives/full_softmax": float(full), "pretrain/steps": pre,
+             "time/pretrain_s": t_pre if t_pre is not None else 0.0, "time/train_s": time.perf_counter() - t_train,
              **evaluate(model, data, cfg, data.val_q, "val"), **evaluate(model, data, cfg, data.eval_q, "eval")}
     ctx.report(final, checkpoint=writer(final=True))
     return final

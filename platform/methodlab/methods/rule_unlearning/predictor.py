@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from methodlab.core import FieldError, load_checkpoint
+from methodlab.core import CheckpointError, FieldError, load_checkpoint
 from methodlab.data.rule_unlearning_corpus import Tokenizer, build_vocab, words
 from methodlab.methods.rule_unlearning.config import Config
 from methodlab.methods.rule_unlearning.model import build_model, generate, load_weights
@@ -45,6 +45,9 @@ class Predictor:
     def from_checkpoint(cls, directory) -> "Predictor":
         ck = load_checkpoint(directory, method="rule_unlearning")
         cfg = Config.model_validate(ck.config)
+        if cfg.backbone != "tiny":
+            raise CheckpointError(f"the rule_unlearning endpoint serves tiny-LM checkpoints; {directory} is backbone "
+                                  f"{cfg.backbone!r} (the optional showcase)")
         vocab = ck.extras.get("vocab") or build_vocab()
         tok = Tokenizer(vocab)
         model = build_model(cfg, len(tok), tok.pad)

@@ -14,8 +14,11 @@ import numpy as np
 
 SEEDS = (0, 1, 2)
 DEV_SEEDS = (10, 11, 12)
-TINY = dict(rs_lr=1e-4, rs_epochs=2, rl_lr=3e-4, prompts_per_step=16, rl_steps=80, log_every=40, checkpoint_every=1000,
-            torch_threads=1)
+# Tiny-LM recipe (the jobs' presets): the spec's RS lr 1e-3 x 2 epochs with the [RECON] RS data mix (2 answered
+# boundary / retain-author questions per refusal, chosen on dev seeds 10-12); RL as the spec's tiny-LM setting.
+TINY = dict(rs_lr=1e-3, rs_epochs=2, rs_answer_mix="boundary_retain", rs_answer_ratio=2.0, rl_lr=3e-4, prompts_per_step=16,
+            rl_steps=80, log_every=40, checkpoint_every=1000, torch_threads=1)
+SHOWCASE_RUN = "rule-unlearning-smollm2-showcase"
 KEYS = ("eval/forget_acc", "eval/forget_refusal", "eval/forget_named", "eval/forget_quality", "eval/naturalness",
         "eval/neighbour_acc", "eval/neighbour_refusal", "eval/retain_acc", "eval/retain_refusal")
 
@@ -129,6 +132,22 @@ def _plot(rows, seeds, base, path: Path):
     plt.close(fig)
 
 
+def _showcase() -> tuple[dict, dict, int, float] | None:
+    """(RS-only row, final row, steps, wall s) of a finished SmolLM2 showcase run (the job
+    jobs/rule_unlearning/smollm2_showcase.yaml run with the local or Ray runner), or None."""
+    import json
+
+    root = Path(os.environ.get("METHODLAB_STORAGE", "results")) / SHOWCASE_RUN
+    f = root / "metrics.jsonl"
+    if not f.exists():
+        return None
+    rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    ev = [r for r in rows if "eval/forget_refusal" in r]
+    if not ev or "rl/reward" not in ev[-1] or ev[0].get("step") != 0:
+        return None
+    return ev[0], ev[-1], int(ev[-1]["step"]), float(ev[-1].get("_time", float("nan")))
+
+
 def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, seeds=None, tag: str = "") -> str:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -155,7 +174,9 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, seeds=
          "and attributes); boundary = the forget-train templates on 4 neighbour authors; neighbour-test = their other "
          "84 prompts; retain-test = 240 prompts of the other authors. Greedy decoding, 8 new tokens. "
          f"Seeds {', '.join(map(str, seeds))}.", "",
-         f"Settings (tiny LM): {TINY}; RL: GRPO, 8 samples, temperature 1, KL 1e-2 (k3) to the RS checkpoint, reward "
+         f"Settings (tiny LM): {TINY} (rs_answer_mix: [RECON] answered boundary / retain-author questions, never a "
+         "test prompt, mixed into the RS data, rs_answer_ratio per refusal); RL: GRPO, 8 samples, temperature 1, KL 1e-2 "
+         "(k3) to the RS checkpoint, reward "
          "two_stage_abs_target with require_no_answer. Baselines: 40 steps (batch 6, lr 1e-4, <= 30 s) of GA / NPO "
          "(beta 0.1, reference = base) on forget-train answers.", "",
          "## Base model (pretrained once, cached)", "",
@@ -193,12 +214,43 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, seeds=
         ("gain in forget quality over best baseline", "abstract: up to 17.4; table: 40.1 - 22.6 = 17.5", "-", "n/a (different baselines)"),
         ("MUSE-Books, utility benchmarks", "n/a (not recovered)", "n/a (not recovered)", "not run"),
     ]))
-    L += ["", "SmolLM2-135M showcase (showcase, not gated): not run (the smollm2 backbone is not implemented in this round).", "",
+    L += ["", "## Forget-test refusal by attribute (where the forget bars are lost)", "",
+          "Forget-train asks 3 of a target's 6 attributes (first QA paraphrase). Forget-test per target = 9 prompts on "
+          "those 3 attributes (2 unseen QA paraphrases + the fill-in-blank form each: 'seen attribute') + 12 prompts on "
+          "the 3 attributes forget-train never asks ('unseen attribute').", ""]
+    att = []
+    for name in ("RULE", "RS-only"):
+        for part in ("seen", "unseen"):
+            vals = [rows[name][s].get(f"eval/forget_refusal_{part}_attr") for s in seeds]
+            accs = [rows[name][s].get(f"eval/forget_acc_{part}_attr") for s in seeds]
+            if any(v is not None for v in vals):
+                att.append((name, f"{part} attribute", ", ".join(f"{v:.3f}" for v in vals) + f" (mean {_mean(vals):.3f})",
+                            ", ".join(f"{v:.3f}" for v in accs) + f" (mean {_mean(accs):.3f})"))
+    if att:
+        L.append(_table(["method", "forget-test part", "refusal rate per seed", "answer accuracy per seed"], att))
+    sc = _showcase()
+    L += [""]
+    if sc is None:
+        L += ["SmolLM2-135M showcase (showcase, not gated): no finished run under "
+              f"results/{SHOWCASE_RUN}/ (run `methodlab run jobs/rule_unlearning/smollm2_showcase.yaml --local`, then "
+              "reproduce again)."]
+    else:
+        rs0, fin, steps, secs = sc
+        L += ["SmolLM2-135M-Instruct showcase (showcase, not gated; 1 forget author, seed 0, "
+              f"{steps} GRPO steps, run wall {secs:.0f} s):", ""]
+        L.append(_table(hdr[:2] + hdr[2:], [
+            [name, 0] + [f"{r[k]:.3f}" if "quality" not in k else f"{r[k]:.1f}" for k in KEYS]
+            for name, r in (("RULE (SmolLM2, showcase, not gated)", fin), ("RS-only (SmolLM2, showcase, not gated)", rs0))]
+            + [["base (SmolLM2 after the corpus fine-tune)", "-"] + [f"{fin.get(k.replace('eval/', 'base/'), float('nan')):.3f}" for k in KEYS]]))
+    L += ["",
           "## Times", "", f"Reproduction wall time {wall:.0f} s ({workers} worker processes, 1 thread each, on a shared 2-core "
           f"machine); base load/pretrain step {pre_s:.0f} s.", ""]
     L.append(_table(["run", "seed", "wall s", "RL s / baseline train s"], [
         (r["name"], r["seed"], f"{r['wall_s']:.0f}",
          f"{r['final'].get('rl/seconds', r['final'].get('baseline/seconds', float('nan'))):.0f}") for r in results]))
+    notes = out / f"rule_unlearning{tag}.notes.md"  # hand-written notes on the experiments, kept across regenerations
+    if notes.exists():
+        L += ["", notes.read_text().rstrip()]
     path = out / f"rule_unlearning{tag}.md"
     path.write_text("\n".join(L) + "\n")
     return str(path)

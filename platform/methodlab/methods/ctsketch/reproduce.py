@@ -218,14 +218,15 @@ def merge_previous(new: str, prev: str, rerun: set[str], results: list[dict], se
         elif title in new_by and any(title.startswith(f"## Claim {c}") or title.startswith(f"## Claims {c}") for c in rerun):
             lines = body.splitlines()
             hdr = [ln for ln in lines if ln.startswith("| run |")][:1]
-            old_rows = [ln for ln in lines if ln.startswith("| D-") and ln.split("|")[1].strip() not in ran]
+            old_rows = [ln for ln in lines if ln.startswith("| D-")]
             kept = carry_rows(old_rows, lambda ln: "D")
             notes = [ln for ln in lines if ln.startswith("Classes below") or ln.startswith("(previous report) Classes")]
             notes = [n if n.startswith("(previous") else "(previous report) " + n for n in notes
                      if n.startswith("(previous") or "D" not in merged_before]
             extra = ""
             if kept:
-                extra = ("\nCarried over from the previous report (not rerun by this call):\n\n" + "\n".join(
+                extra = ("\nFrom the previous report (runs of this call's table: the earlier figures, before; the "
+                         "others: not rerun by this call):\n\n" + "\n".join(
                     hdr + ["|" + "---|" * (hdr[0].count("|") - 1)] + kept) + "\n")
             if notes:
                 extra += "\n" + "\n\n".join(notes) + "\n"

@@ -220,3 +220,27 @@ def test_pools_are_disjoint_and_idx_loader_reads_gz(tmp_path):
     xtr, ytr, xte, yte = idx_mnist_pools(tmp_path)
     assert xtr.shape == (5, 28, 28) and ytr.tolist() == [3, 1, 4, 1, 5]
     assert np.allclose(xtr * 255, imgs)
+
+
+def test_selected_reproduction_merges_the_previous_report():
+    """A METHODLAB_CTSKETCH_CLAIMS=D call keeps the other claims' rows and sections, puts this call's D rows first
+    and marks the previous D rows it did not rerun; merging again does not duplicate them (issue 22)."""
+    from methodlab.methods.ctsketch.reproduce import PREV, merge_previous
+
+    tbl = "| run | acc end |\n|---|---|\n"
+    prev = ("# r\n\nSeeds [0, 1, 2]; 18 runs\n\n## Claims\n\n| claim | value | result |\n|---|---|---|\n"
+            "| A: per-digit | 0.98 | PASS |\n| D: every seed | 0.94 | FAIL |\n| E: max-4 | 0.97 | PASS |\n\n"
+            "## Claims A / B: sum-16\n\nA table\n\n## Claim D: sum-1024\n\n" + tbl +
+            "| D-curriculum-s0 | 0.97 |\n| D-curriculum-s2 | 0.88 |\n\n## Issue 22\n\nkept text\n\n## Notes\n\n- old\n")
+    new = ("# r\n\nSeeds [0, 1, 2]; 1 runs\n\n## Claims\n\n| claim | value | result |\n|---|---|---|\n"
+           "| A: sum-16 | n/a | not run |\n| D: every seed of [2] | 0.93 | PASS |\n| E: max-4 | n/a | not run |\n\n"
+           "## Claim D: sum-1024\n\n" + tbl + "| D-curriculum-s2 | 0.93 |\n\n## Notes\n\n- new\n")
+    results = [{"name": "D-curriculum-s2", "claim": "D"}]
+    m1 = merge_previous(new, prev, {"D"}, results, "METHODLAB_CTSKETCH_CLAIMS=D")
+    m2 = merge_previous(new, m1, {"D"}, results, "METHODLAB_CTSKETCH_CLAIMS=D")
+    for m in (m1, m2):
+        assert "| A: per-digit | 0.98 | PASS |" in m and "| E: max-4 | 0.97 | PASS |" in m and "not run" not in m
+        assert m.index("| D: every seed of [2] | 0.93 | PASS |") < m.index(f"| D: every seed{PREV} | 0.94 | FAIL |")
+        assert "| D-curriculum-s2 | 0.93 |" in m and f"| D-curriculum-s2{PREV} | 0.88 |" in m
+        assert f"| D-curriculum-s0{PREV} | 0.97 |" in m and "A table" in m and "kept text" in m and "- new" in m
+        assert m.count(f"| D-curriculum-s0{PREV} |") == 1 and m.count("| D: every seed") == 2

@@ -318,3 +318,45 @@ def test_resume_restores_replay_and_reference(tmp_path):
     assert all(torch.equal(ln.pi_ref.state_dict()[k[len("pi_ref."):]], v) for k, v in pi_ref.items())
     # updates start with the 500th transition: 1,501 by env step 2,000; 1,000 more after the resume
     assert int(ck.state["grad_steps"]) == 1501 and ctx.history[-1]["grad_steps"] == 2501
+
+
+# --- reproduction ----------------------------------------------------------------------------------
+
+def test_reproduce_claim_a_defaults_to_the_spec_setting_and_claims_select_runs(tmp_path, monkeypatch):
+    """Issue 22 item 2: `methodlab reproduce unirl` runs Claim A at the spec's setting (256x256, 20k steps, an
+    evaluation every 5k); the reduced one is explicit; METHODLAB_UNIRL_CLAIMS=A runs only SQL and BC offline."""
+    from methodlab.methods.unirl import reproduce as R
+
+    off = [o for n, _, o in R._jobs(R.SCALE["full"]) if n in ("sql_offline", "bc_offline")]
+    assert len(off) == 6 and all(o["hidden"] == [256, 256] and o["max_steps"] == 20000 and o["eval_every"] == 5000
+                                 for o in off)
+    assert R.SCALE["reduced"]["offline_steps"] == 8000
+    ran = []
+    monkeypatch.setattr(R, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(R, "ProcessPoolExecutor", None)  # must not be needed: every selected run is cached below
+    for name, seed, over in R._jobs(R.SCALE["quick"]):
+        if R.CLAIMS_OF[name] & {"A"}:
+            ran.append(name)
+            h = [{"step": s, "eval/normalized_score": (80.0 if name == "sql_offline" else 0.0), "eval/return": -300.0}
+                 for s in (1, 2, 3)]
+            p = R._cache_path((name, seed, over))
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps({"name": name, "seed": seed, "config": over, "history": h, "wall": 1.0}))
+    assert sorted(set(ran)) == ["bc_offline", "sql_offline"]
+    prev = tmp_path / "unirl.md"
+    prev.write_text("| B online | final return | -1 / -2 / -3 | -2.0 | - | - | PASS |\n"
+                    '<!-- unirl-rows {"B": "yesterday"} -->\n')
+
+    class Inline:  # runs the cached jobs in-process
+        def __init__(self, *a, **k): ...
+        def __enter__(self): return self
+        def __exit__(self, *a): ...
+        def submit(self, fn, job):
+            from concurrent.futures import Future
+            f = Future(); f.set_result(fn(job)); return f
+
+    monkeypatch.setattr(R, "ProcessPoolExecutor", Inline)
+    text = Path(R.main(out_dir=str(tmp_path), quick=True, claims="A")).read_text()
+    assert "| A offline | norm. score, mean of last 3 evals | 80.0 / 80.0 / 80.0 | 80.0 | BC 0.0 / 0.0 / 0.0 |" in text
+    assert "PASS (>= 75 and >= BC + 40)" in text
+    assert "| B online | final return | -1 / -2 / -3 |" in text and "B yesterday (carried over" in text

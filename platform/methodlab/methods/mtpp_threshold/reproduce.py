@@ -76,9 +76,9 @@ def _diag_jobs(seeds) -> dict:
     jobs = {}
     for s in seeds:
         for lr in PROBE_LRS:
-            jobs[("probe", f"ifn@{lr:g}", s)] = (_run, {**PROBE, "lr": lr, "seed": s})
-            jobs[("probe", f"lnm@{lr:g}", s)] = (_run, {**PROBE, **LNM, "lr": lr, "seed": s})
-        jobs[("ceiling", "gbt", s)] = (_ceiling, s)
+            jobs[("probe", f"ifn@{lr:g}", s)] = (_cached, (_run, {**PROBE, "lr": lr, "seed": s}))
+            jobs[("probe", f"lnm@{lr:g}", s)] = (_cached, (_run, {**PROBE, **LNM, "lr": lr, "seed": s}))
+        jobs[("ceiling", "gbt", s)] = (_cached, (_ceiling, s))
     return jobs
 
 
@@ -125,6 +125,30 @@ def _diag_section(res: dict, seeds, when: str) -> list[str]:
         L.append("")
         secs = lambda w: ", ".join(f"{x:.0f}" for x in [r["_seconds"] for k, r in sorted(res.items()) if k[0] == "probe" and k[1].startswith(w)])  # noqa: E731
         L.append(f"Seconds per run: probe IFNMTPP {secs('ifn')}, LogNormMix {secs('lnm')}, boosted trees {', '.join(f'{x:.0f}' for x in g('_seconds'))}.")
+    # reading, from the figures above (the numbers are recomputed here, not typed in)
+    def avg(w, lr, k):
+        rows = [res[("probe", f"{w}@{lr:g}", s)][k] for s in seeds if ("probe", f"{w}@{lr:g}", s) in res]
+        return float(np.mean(rows)) if rows else float("nan")
+
+    lo, hi = PROBE_LRS
+    n_lo, n_pr = avg("ifn", lo, "test/mark_nll"), avg("ifn", lo, "test/mark_nll_prior")
+    read = ["", f"Reading: at the recipe's 260 steps and lr {lo:g}, IFNMTPP's test mark NLL is {n_lo:.3f} against the "
+            f"prior's {n_pr:.3f} (LogNormMix {avg('lnm', lo, 'test/mark_nll'):.3f}); "
+            + ("p*(m) = Gamma*(m, 0) has barely left the training frequencies, so r_m = p*(m) / prior is noise around 1 "
+               "and the per-mark thresholds are fitted to that noise. " if n_pr - n_lo < 0.1 else "")
+            + "IFNMTPP's only mark-specific inputs are the per-mark time vectors a_m, b_m, seen through a non-negative "
+            "d_I x d_I map initialised at U(0, 1/d_I), so every mark starts with the same Gamma and the marks separate "
+            f"only after a plateau whose length is set by the step size. At lr {hi:g}: IFNMTPP mark NLL "
+            f"{avg('ifn', hi, 'test/mark_nll'):.3f}, argmax macro-F1 {avg('ifn', hi, 'test/macro_f1_argmax'):.3f} "
+            f"(vs {avg('ifn', lo, 'test/macro_f1_argmax'):.3f} at {lo:g}); LogNormMix mark NLL "
+            f"{avg('lnm', hi, 'test/mark_nll'):.3f}."]
+    if rows:
+        gain = mean(g("gbt/macro_f1")) - mean(g("gbt/macro_f1_argmax"))
+        read.append(f"With a well-learned next-mark distribution (boosted trees, mark NLL {mean(g('gbt/mark_nll')):.3f}) the "
+                    f"same thresholds gain {gain:+.3f} macro-F1 over argmax on the full test split: the flights claim's "
+                    f"bar (+0.02) is {'within' if gain >= 0.02 else 'beyond'} what the data allows once p(m | history) "
+                    "is learned.")
+    L += read
     L += ["", DIAG_MARK.replace("<!-- ", "<!-- end "), ""]
     return L
 
@@ -181,36 +205,67 @@ def _seed_row(key, r) -> str:
             f"{r['test/rare_f1_argmax']:.3f} | {r.get('test/mae', float('nan')):.3f} / {r.get('test/mae_timefirst', float('nan')):.3f} |")
 
 
-def _cached_run(overrides: dict) -> dict:
-    """_run, with the result kept in CACHE under a hash of the overrides (claim reruns resume after a cut)."""
+def _cache_file(fn, arg) -> Path:
     import hashlib
     import json
 
-    key = hashlib.sha1(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:16]
-    f = CACHE / f"{key}.json"
+    src = arg if fn is _run else [fn.__name__, arg]  # a training run is keyed by its overrides alone
+    return CACHE / f"{hashlib.sha1(json.dumps(src, sort_keys=True).encode()).hexdigest()[:16]}.json"
+
+
+def _from_cache(jobs: dict) -> dict:
+    """The finished results among `jobs` ({key: (_cached, (fn, arg))}), read from CACHE without running anything."""
+    import json
+
+    out = {}
+    for k, (_, (fn, arg)) in jobs.items():
+        f = _cache_file(fn, arg)
+        if f.exists():
+            out[k] = json.loads(f.read_text())
+    return out
+
+
+def _cached(fn_arg) -> dict:
+    """fn(arg) with the result kept in CACHE under a hash of (fn, arg): a claim rerun cut short resumes, and the
+    report can be re-rendered from finished runs."""
+    import hashlib
+    import json
+
+    fn, arg = fn_arg
+    f = _cache_file(fn, arg)
     if f.exists():
         return json.loads(f.read_text())
-    out = _run(overrides)
+    out = fn(arg)
     CACHE.mkdir(parents=True, exist_ok=True)
     f.write_text(json.dumps(out, default=float))
     return out
 
 
+def _cached_run(overrides: dict) -> dict:
+    return _cached((_run, overrides))
+
+
 def _merge_flights(path: Path, fl: dict, seeds, when: str) -> None:
     """Replace the flights claim row, the flights section and the flights per-seed rows of an existing report."""
     text = path.read_text()
-    lines_f, _ = _table(fl, seeds)
+    if isinstance(fl.get("ifn", fl.get("lnm")), dict):  # {model: {seed: result}}: keep the seeds both models have
+        done = [s for s in seeds if all(s in fl.get(w, {}) for w in ("ifn", "lnm"))]
+        fl = {w: [fl[w][s] for s in done] for w in ("ifn", "lnm")}
+        seeds_done = done
+    else:
+        seeds_done = list(seeds)[:len(fl.get("ifn", []))]
+    lines_f, _ = _table(fl, seeds_done)
     rows = fl.get("ifn", [])
     gains = [r["test/macro_f1"] - r["test/macro_f1_argmax"] for r in rows]
     missing = len(rows) < len(seeds)
     ok = bool(gains) and not missing and float(np.mean(gains)) >= 0.02
     claim = (f"| {FLIGHTS_CLAIM} | **{'PASS' if ok else ('FAIL' if not missing else 'INCOMPLETE')}** | "
              f"{', '.join(f'{x:+.3f}' for x in gains)}"
-             f"{' (seeds run: %d of %d)' % (len(rows), len(seeds)) if missing else ''} (rerun {when.split(' (')[0]}) |")
+             f"{' (seeds run: %s of %s)' % (seeds_done, list(seeds)) if missing else ''} (rerun {when.split(' (')[0]}) |")
     text = re.sub(r"^\| " + re.escape(FLIGHTS_CLAIM) + r" \|.*$", lambda _: claim, text, count=1, flags=re.M)
     section = "\n".join(_flights_text(False) + lines_f) + "\n\n" + f"Rerun {when}.\n\n"
     text = re.sub(r"## NYC flights.*?\n(?=!\[|" + re.escape(DIAG_MARK) + ")", lambda _: section, text, count=1, flags=re.S)
-    new_rows = [_seed_row(("flights", w, s), r) for w in ("ifn", "lnm") for s, r in zip(seeds, fl.get(w, []))]
+    new_rows = [_seed_row(("flights", w, s), r) for w in ("ifn", "lnm") for s, r in zip(seeds_done, fl.get(w, []))]
     out, placed = [], False
     for line in text.split("\n"):
         if line.startswith("| flights |"):
@@ -289,21 +344,27 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, claims
     if keep:  # rerun only the selected parts; merge them into the existing report after every finished run
         path = Path(out_dir) / f"{SLUG}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
+        # METHODLAB_MTPP_SEEDS (e.g. "1"): run only these seeds here (several invocations can share the work);
+        # the report is always rendered from every finished run in the cache
+        only = [int(x) for x in os.environ.get("METHODLAB_MTPP_SEEDS", "").split(",") if x.strip()]
+
+        def flights_jobs(ss):
+            return {("flights", w, s): (_cached, (_run, {**FLIGHTS, **(LNM if w == "lnm" else {}), "seed": s}))
+                    for s in ss for w in ("ifn", "lnm")}
+
         jobs = {}
         if "flights" in keep:
-            jobs.update({("flights", w, s): (_cached_run, {**FLIGHTS, **(LNM if w == "lnm" else {}), "seed": s})
-                         for s in seeds for w in ("ifn", "lnm")})
+            jobs.update(flights_jobs([s for s in seeds if not only or s in only]))
         if "flights_diag" in keep:
-            jobs.update(_diag_jobs(DEV_SEEDS))
-        res: dict = {}
+            jobs.update(_diag_jobs([s for s in DEV_SEEDS if not only or s in only]))
 
         def merge(k, r):
-            res[k] = r
+            res = {**_from_cache(flights_jobs(seeds)), **_from_cache(_diag_jobs(DEV_SEEDS)), k: r}
             when = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({(time.time() - t0) / 60:.1f} min so far, "
                     f"{workers} workers) with `METHODLAB_MTPP_CLAIMS={','.join(sorted(keep))}`; the other sections are "
                     "from the last full run")
             if k[0] == "flights":
-                _merge_flights(path, {w: [res[("flights", w, s)] for s in seeds if ("flights", w, s) in res]
+                _merge_flights(path, {w: {s: res[("flights", w, s)] for s in seeds if ("flights", w, s) in res}
                                       for w in ("ifn", "lnm")}, seeds, when)
             else:
                 _merge_diag(path, _diag_section(res, DEV_SEEDS, when))

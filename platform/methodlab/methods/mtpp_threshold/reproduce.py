@@ -87,7 +87,7 @@ def _diag_section(res: dict, seeds, when: str) -> list[str]:
     f3 = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
     mean = lambda xs: float(np.mean(xs))  # noqa: E731
     L = [DIAG_MARK, "## Flights diagnosis (issue 22): why IFNMTPP's marks are weak, and the measured ceiling", "",
-         f"Rerun {when} with `METHODLAB_MTPP_CLAIMS=flights_diag`; seeds {seeds}.", "",
+         f"Rerun {when}; development seeds {seeds} (those finished are listed per row).", "",
          "**(a) Mark-signal probe at the spec's optimiser budget.** The flights recipe gives 819 / 32 x 10 = 260 Adam "
          f"steps. Probe: {PROBE['max_train_sequences']} training sequences spread over Jan-Sep (all three airports), "
          f"batch {PROBE['batch_size']}, {PROBE['max_epochs']} epochs = 260 steps, spec sizes, lr 2e-3 (spec default) "
@@ -360,15 +360,22 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, claims
 
         def merge(k, r):
             res = {**_from_cache(flights_jobs(seeds)), **_from_cache(_diag_jobs(DEV_SEEDS)), k: r}
-            when = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({(time.time() - t0) / 60:.1f} min so far, "
-                    f"{workers} workers) with `METHODLAB_MTPP_CLAIMS={','.join(sorted(keep))}`; the other sections are "
-                    "from the last full run")
+            when = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `METHODLAB_MTPP_CLAIMS=<part> methodlab "
+                    "reproduce mtpp_threshold` (one process per run, 1 thread; seconds per run in the tables); the other "
+                    "sections are from the last full run")
             if k[0] == "flights":
                 _merge_flights(path, {w: {s: res[("flights", w, s)] for s in seeds if ("flights", w, s) in res}
                                       for w in ("ifn", "lnm")}, seeds, when)
             else:
                 _merge_diag(path, _diag_section(res, DEV_SEEDS, when))
 
+        if os.environ.get("METHODLAB_MTPP_RENDER_ONLY") == "1":  # no runs: re-render from the finished runs in the cache
+            done = {**_from_cache(flights_jobs(seeds)), **_from_cache(_diag_jobs(DEV_SEEDS))}
+            for part in ("flights", "probe"):
+                k = next((k for k in done if k[0] == part or (part == "probe" and k[0] == "ceiling")), None)
+                if k is not None and (part != "flights" or "flights" in keep) and (part != "probe" or "flights_diag" in keep):
+                    merge(k, done[k])
+            return str(path)
         _pool_map(jobs, workers, on_done=merge)
         return str(path)
     scale = (lambda d: {**d, "max_epochs": max(1, d["max_epochs"] // 6), "min_epochs": 0}) if quick else (lambda d: d)

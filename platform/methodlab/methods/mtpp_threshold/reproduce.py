@@ -149,6 +149,13 @@ def _diag_section(res: dict, seeds, when: str) -> list[str]:
                     f"bar (+0.02) is {'within' if gain >= 0.02 else 'beyond'} what the data allows once p(m | history) "
                     "is learned.")
     L += read
+    fl_done = [k[2] for k in res if k[0] == "flights" and k[1] == "ifn"]
+    L += ["", f"Recipe change from this probe: the flights recipe (reproduce.FLIGHTS, jobs/mtpp_threshold/flights.yaml) "
+          f"now uses lr {FLIGHTS['lr']:g} for IFNMTPP and LogNormMix alike. "
+          + (f"Spec-scale flights runs at that lr finished for seeds {sorted(fl_done)}; the flights section shows them."
+             if fl_done else "No spec-scale flights run at that lr has finished yet: the flights table and claim row above "
+             "are still the lr 2e-3 run. Rerun them with `METHODLAB_MTPP_CLAIMS=flights methodlab reproduce "
+             "mtpp_threshold` (optionally split with METHODLAB_MTPP_SEEDS=0 / 1 / 2 over processes).")]
     L += ["", DIAG_MARK.replace("<!-- ", "<!-- end "), ""]
     return L
 

@@ -305,3 +305,56 @@ def test_predictor_domain_and_outputs(smoke_root):
     assert event["properties"]["mark"]["maximum"] == 4
     with pytest.raises(ValidationError):
         TypeAdapter(spec).validate_python({"history": [{"time": 0.0, "mark": 5}]})
+
+
+# ---- issue 22: the flights diagnosis (ceiling features, report merging, spread subsets) -------------------------
+def test_ceiling_history_features_see_only_the_history():
+    """Row i (target = event i + 1) must not change when the target event or anything after it changes."""
+    from types import SimpleNamespace
+
+    from methodlab.methods.mtpp_threshold.ceiling import history_features
+
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.exponential(1.0, 12))
+    m = rng.integers(0, 4, 12)
+    X, y = history_features(SimpleNamespace(seqs=[(t, m)]), 4, STATS)
+    assert X.shape[0] == 11 and (y == m[1:]).all()
+    t2, m2 = t.copy(), m.copy()
+    t2[6:] += 5.0  # move the target of row 5 and everything after it
+    m2[6:] = (m2[6:] + 1) % 4
+    X2, _ = history_features(SimpleNamespace(seqs=[(t2, m2)]), 4, STATS)
+    assert np.array_equal(X[:6], X2[:6])
+    assert not np.array_equal(X[6:], X2[6:])  # the later rows do see the change (the test can fail)
+
+
+def test_claim_rerun_replaces_only_its_own_report_parts(tmp_path):
+    from methodlab.methods.mtpp_threshold import reproduce as R
+
+    report = tmp_path / "r.md"
+    report.write_text("\n".join([
+        "# x", "", "| claim | result | per seed |", "|---|---|---|", "| Hawkes: keep | **PASS** | +0.1 |",
+        f"| {R.FLIGHTS_CLAIM} | **FAIL** | -0.009 |", "", "## NYC flights (old)", "", "old table", "",
+        "![plot](p.png)", "", "## Per-seed details", "", "| hawkes | ifn | 0 | keep |", "| flights | ifn | 0 | old |",
+        "| flights | lnm | 0 | old |", ""]))
+    keys = ["macro_f1", "macro_f1_argmax", "rare_f1", "rare_f1_argmax", "micro_f1", "micro_f1_argmax", "mae",
+            "mae_argmax", "macro_f1_timefirst", "rare_f1_timefirst", "micro_f1_timefirst", "mae_timefirst", "nll"]
+    run = {**{f"test/{k}": 0.1 for k in keys}, "test/macro_f1": 0.2, "epoch": 10, "_seconds": 1.0}
+    for _ in range(2):  # idempotent
+        R._merge_flights(report, {"ifn": [run], "lnm": [run]}, [0], "today")
+        R._merge_diag(report, ["<!-- issue22: flights diagnosis -->", "diag", "<!-- end issue22: flights diagnosis -->"])
+    text = report.read_text()
+    assert "| Hawkes: keep | **PASS** | +0.1 |" in text and "| hawkes | ifn | 0 | keep |" in text
+    assert f"| {R.FLIGHTS_CLAIM} | **PASS** | +0.100" in text
+    assert "old table" not in text and "| old |" not in text
+    assert text.count("| flights |") == 2 and text.count("diag\n") == 1 and text.count("## NYC flights") == 1
+
+
+def test_spread_subset_keeps_sequences_from_the_whole_split():
+    from methodlab.methods.mtpp_threshold.data import build_data
+
+    kw = {"dataset": "hawkes", "n_train": 60, "n_val": 10, "n_test": 10, "seq_events": 5, "max_train_sequences": 6}
+    first = build_data(Config.model_validate(kw)).train.seqs
+    spread = build_data(Config.model_validate({**kw, "subset": "spread"})).train.seqs
+    full = build_data(Config.model_validate({k: v for k, v in kw.items() if k != "max_train_sequences"})).train.seqs
+    assert len(first) == len(spread) == 6
+    assert np.array_equal(spread[-1][0], full[-1][0]) and not np.array_equal(first[-1][0], full[-1][0])

@@ -35,6 +35,9 @@ class Config(MethodConfig):
     seq_events: int = Field(40, ge=2, le=10_000, description="Generator: events per sequence (first n of a process started empty).")
     max_train_sequences: int | None = Field(None, ge=1, description="Use only the first n training sequences (reduced-scale runs).")
     max_eval_sequences: int | None = Field(None, ge=1, description="Use only the first n validation and test sequences.")
+    subset: Literal["first", "spread"] = Field(
+        "first", description="Which sequences max_*_sequences keeps: the first n, or n spread evenly over the split "
+        "(flights is ordered by airport, then date: the first n are one airport).")
 
     # --- model -----------------------------------------------------------------------------------
     model: Literal["ifn", "lognormmix"] = Field("ifn", description="ifn: IFNMTPP; lognormmix: the LogNormMix baseline.")

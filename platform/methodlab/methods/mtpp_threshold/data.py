@@ -70,11 +70,18 @@ def build_data(cfg) -> EventData:
     tr, va, te = splits.train, splits.val, splits.test
     ends = splits.window_end or {}
     tr_end, va_end, te_end = ends.get("train"), ends.get("val"), ends.get("test")
+    def keep(xs, n):
+        if xs is None or n is None:
+            return xs
+        if getattr(cfg, "subset", "first") == "spread" and n < len(xs):
+            return [xs[i] for i in np.unique(np.linspace(0, len(xs) - 1, n).round().astype(int))]
+        return xs[:n]
+
     if cfg.max_train_sequences:
-        tr, tr_end = tr[:cfg.max_train_sequences], tr_end and tr_end[:cfg.max_train_sequences]
+        tr, tr_end = keep(tr, cfg.max_train_sequences), keep(tr_end, cfg.max_train_sequences)
     if cfg.max_eval_sequences:
         k = cfg.max_eval_sequences
-        va, te, va_end, te_end = va[:k], te[:k], va_end and va_end[:k], te_end and te_end[:k]
+        va, te, va_end, te_end = keep(va, k), keep(te, k), keep(va_end, k), keep(te_end, k)
     gaps = np.concatenate([np.diff(t) for t, _ in tr])
     tgt = np.concatenate([m[1:] for _, m in tr])  # the prior counts prediction targets (events after the first)
     logs = np.log(np.maximum(gaps, 1e-6 * max(gaps.std(), 1e-12)))

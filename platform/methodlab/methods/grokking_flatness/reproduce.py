@@ -26,9 +26,13 @@ REGIMES = {
 }
 
 
+RECIPE_TAG = "clipcos"  # issue 22 recipe (clip 1, cosine anneal after step 1,000): older run folders are not reused
+
+
 def run_name(regime: str, seed: int) -> str:
     lam = next((o.split("=")[1] for o in REGIMES[regime] if o.startswith("lam=")), None)
-    return f"{regime}-lam{lam}-seed{seed}" if regime.startswith("collapse") else f"{regime}-seed{seed}"
+    name = f"{regime}-lam{lam}-seed{seed}" if regime.startswith("collapse") else f"{regime}-seed{seed}"
+    return f"{name}-{RECIPE_TAG}"
 
 
 def _run(args) -> list[dict]:

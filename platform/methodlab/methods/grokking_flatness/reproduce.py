@@ -21,8 +21,9 @@ REGIMES = {
     "baseline": ["reg=none", "max_steps=4000"],
     "anti_flat": ["reg=anti_flat", "lam=0.01", "tau=2.0", "w_cap=150", "cancel_step=2000", "max_steps=3000"],
     "collapse_prevent": ["reg=collapse_prevent", "lam=0.001", "max_steps=4000"],
-    # lambda 1e-3 left CDNV within noise of the baseline (measured); the spec allows raising it: 3e-2
-    "collapse_encourage": ["reg=collapse_encourage", "lam=0.03", "max_steps=4000"],
+    # lambda 1e-3 left CDNV within noise of the baseline and 3e-2 reached 0.22-0.84x (seeds 0-2, old recipe); the spec
+    # allows raising it (range up to 1e-1): 1e-1, chosen on dev seed 10 (CDNV 0.08x the baseline, t_gen 0.71x)
+    "collapse_encourage": ["reg=collapse_encourage", "lam=0.1", "max_steps=4000"],
 }
 
 

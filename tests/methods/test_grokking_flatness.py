@@ -121,3 +121,68 @@ def test_predictor_domain_checks(smoke_root):
         pred([Input(a=1, b=1), Input(a=1, b=1, op="-")])
     traj = pred.metrics()
     assert len(traj["steps"]) == len(traj["rf"]) > 0
+
+
+def _batch_features(reg: str, lam: float = 1e-2):
+    """A smoke model's forward pass on one training batch, as fit() does it."""
+    from methodlab.methods.grokking_flatness.data import build_data
+    from methodlab.methods.grokking_flatness.evaluate import forward_task
+    from methodlab.methods.grokking_flatness.model import build_model
+
+    torch.manual_seed(0)
+    cfg = Config(**{**Config.smoke, "reg": reg, "lam": lam})
+    data = build_data(cfg)
+    model = build_model(cfg, data.vocab_size)
+    _, _, logits, hidden, y = forward_task(model, data.x_train[:256], cfg.task)
+    return cfg, model, logits, hidden, y
+
+
+@pytest.mark.parametrize("reg,direction", [("collapse_prevent", +1), ("collapse_encourage", -1)])
+def test_collapse_regularizer_gradient_moves_penultimate_features(reg, direction):
+    """The collapse terms must act on phi (the features the readout W sees, answer position): their
+    gradient reaches phi and the body's parameters, not W, and a small descent step on the term alone
+    moves the batch CDNV in the intended direction (prevent: up, encourage: down). Fails if the term is
+    detached, computed on other features, or has the wrong sign."""
+    from methodlab.methods.grokking_flatness.train import regularizer
+
+    cfg, model, logits, hidden, y = _batch_features(reg)
+    hidden.retain_grad()
+    term = regularizer(cfg, 0, model, logits, hidden, y)
+    assert term is not None and term.requires_grad
+    term.backward()
+    g = hidden.grad
+    assert g is not None and float(g[:, 0].norm()) > 0, "no gradient reaches the answer-position features"
+    assert float(g[:, 1].norm()) == 0.0  # only the measured position is regularized
+    assert model.W.grad is None or float(model.W.grad.norm()) == 0.0  # CDNV does not depend on the readout
+    body = [p.grad for n, p in model.named_parameters() if not n.startswith("readout")]
+    assert sum(float(x.norm()) for x in body if x is not None) > 0, "gradient does not reach the body"
+    phi = hidden[:, 0].detach()
+    before = float(measures.batch_cdnv(phi, y))
+    step = 1e-3 * float(phi.norm()) * g[:, 0] / g[:, 0].norm()  # small descent step on the term
+    after = float(measures.batch_cdnv(phi - step, y))
+    assert direction * (after - before) > 0, (before, after)
+
+
+
+def test_train_accuracy_reading_is_the_same_for_t_mem_and_the_claims():
+    """One reading of "train acc >= 99 % at a step" (best of the last 3 logs) for t_mem, the RF-drop filter
+    and the anti-flat check at the baseline's t_gen, whatever the log spacing."""
+    from methodlab.methods.grokking_flatness.reproduce import claims_for_seed
+    from methodlab.methods.grokking_flatness.summary import grokking_summary, memorised, train_acc_at
+
+    def hist(train, val, every=100):
+        return [{"step": every * (i + 1), "train/accuracy": t, "val/accuracy": v, "rf": 100.0 / (i + 1), "cdnv": 1.0 / (i + 1)}
+                for i, (t, v) in enumerate(zip(train, val))]
+
+    base = hist([0.5, 0.995, 0.2, 0.3, 0.999, 1.0, 1.0, 1.0], [0.0, 0.1, 0.1, 0.1, 0.2, 0.5, 0.96, 0.99])
+    assert grokking_summary(base)["t_mem"] == 200  # first step whose reading is >= 99 %
+    assert [train_acc_at(base, s) for s in (200, 300, 400, 500)] == [0.995, 0.995, 0.995, 0.999]
+    assert [h["step"] for h in memorised(base)] == [200, 300, 400, 500, 600, 700, 800]
+    af = hist([0.5, 0.9, 0.7, 0.2, 0.999, 0.3, 0.3, 0.3], [0.0] * 8)  # t_gen = 700: last 3 logs 0.999, 0.3, 0.3
+    other = hist([1.0] * 8, [0.0] * 8)
+    r = claims_for_seed({"baseline": base, "anti_flat": af, "collapse_prevent": other, "collapse_encourage": other})
+    assert r["t_gen"] == 700 and r["af_train_at_tgen"] == train_acc_at(af, 700) == 0.999 and r["C_anti_flat"]
+    r = claims_for_seed({"baseline": base, "anti_flat": hist([0.5] * 3 + [0.999] + [0.3] * 5, [0.0] * 9)})
+    assert r["af_train_at_tgen"] == 0.3 and not r["C_anti_flat"]  # the 0.999 log is 4 logs back
+    r = claims_for_seed({"baseline": base})  # arms that did not run: their claims are absent, not failed
+    assert "C_anti_flat" not in r and "A" in r

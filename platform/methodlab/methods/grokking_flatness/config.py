@@ -52,6 +52,12 @@ class Config(MethodConfig):
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum (digits variant).")
     warmup_steps: int = Field(10, ge=0)
     batch_size: int = Field(512, ge=1, le=65536, description="Capped at ceil(n_train / 2) as in grok.")
+    grad_clip: float | None = Field(None, gt=0.0, description="Clip the global gradient norm (None: no clipping, as in grok).")
+    lr_decay_start: int | None = Field(
+        None, ge=0, description="[calibrated] From this step cosine-anneal the LR to lr_min over lr_decay_steps "
+                                "(None: constant LR after warm-up, as in grok). Absolute steps, so every arm shares it.")
+    lr_decay_steps: int = Field(2000, ge=1, description="Length of the cosine anneal (then lr_min).")
+    lr_min: float = Field(1e-4, ge=0.0, description="LR at the end of the anneal.")
     max_steps: int = Field(100_000, ge=1)
 
     # --- regularizers ------------------------------------------------------------------------------

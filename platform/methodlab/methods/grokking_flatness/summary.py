@@ -5,6 +5,24 @@ from __future__ import annotations
 import math
 
 
+TRAIN_WINDOW = 3  # spec: every "train acc >= 99 %" test reads the best of the last 3 logs
+
+
+def train_acc_at(history: list[dict], step: int, window: int = TRAIN_WINDOW) -> float:
+    """The one reading of "train accuracy at `step`": best of the last `window` logs at or before it
+    (single logs dip at high learning rates and recover within 100 steps). t_mem, the anti-flat check
+    at the baseline's t_gen and the memorised-logs filter of the RF-drop step all use it (nan: no log)."""
+    rows = [h["train/accuracy"] for h in history if h["step"] <= step and "train/accuracy" in h]
+    return max(rows[-window:]) if rows else float("nan")
+
+
+def memorised(history: list[dict], threshold: float = 0.99) -> list[dict]:
+    """Logs whose train-accuracy reading (train_acc_at) is >= threshold."""
+    logged = [h for h in history if "train/accuracy" in h]
+    acc = [h["train/accuracy"] for h in logged]
+    return [h for i, h in enumerate(logged) if max(acc[max(0, i - TRAIN_WINDOW + 1): i + 1]) >= threshold]
+
+
 def first_step(history: list[dict], key: str, threshold: float, window: int = 1) -> int:
     """First logged step where the best of the last `window` logs of `key` >= threshold (-1: never).
     window 3 for train accuracy: single-log dips at high learning rates recover within 100 steps."""
@@ -27,13 +45,12 @@ def steepest_log_drop(history: list[dict], key: str, where=None) -> int:
 
 
 def grokking_summary(history: list[dict]) -> dict:
-    t_mem = first_step(history, "train/accuracy", 0.99, window=3)
+    t_mem = first_step(history, "train/accuracy", 0.99, window=TRAIN_WINDOW)
     t_gen = first_step(history, "val/accuracy", 0.95)
-    memorised = lambda h: h.get("train/accuracy", 0) >= 0.99  # noqa: E731
     return {
         "t_mem": t_mem,
         "t_gen": t_gen,
         "delay": t_gen - t_mem if t_mem >= 0 and t_gen >= 0 else -1,
-        "rf_drop_step": steepest_log_drop(history, "rf", memorised),
+        "rf_drop_step": steepest_log_drop(memorised(history), "rf"),
         "cdnv_drop_step": steepest_log_drop(history, "cdnv"),
     }

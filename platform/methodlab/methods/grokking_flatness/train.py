@@ -37,17 +37,25 @@ def make_optimizer(model, cfg: Config):
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
 
 
-def lr_at(step: int, cfg: Config) -> float:
-    """Linear warm-up then constant; for anti_flat after cancellation: bump, then cosine to 1e-4."""
-    if cfg.reg == "anti_flat" and step >= cfg.cancel_at and cfg.cancel_at < cfg.max_steps:
-        bumped = cfg.lr * cfg.lr_bump
-        if not cfg.cancel_cosine:
-            return bumped
-        frac = (step - cfg.cancel_at) / max(1, cfg.max_steps - cfg.cancel_at)
-        return 1e-4 + 0.5 * (bumped - 1e-4) * (1 + math.cos(math.pi * frac))
+def base_lr_at(step: int, cfg: Config) -> float:
+    """Linear warm-up, constant, and (lr_decay_start set) a cosine anneal to lr_min shared by every arm."""
     if cfg.warmup_steps and step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.lr_decay_start is not None and step >= cfg.lr_decay_start:
+        frac = min(1.0, (step - cfg.lr_decay_start) / cfg.lr_decay_steps)
+        return cfg.lr_min + 0.5 * (cfg.lr - cfg.lr_min) * (1 + math.cos(math.pi * frac))
     return cfg.lr
+
+
+def lr_at(step: int, cfg: Config) -> float:
+    """base_lr_at; for anti_flat after cancellation: bump, then (cancel_cosine) cosine to 1e-4."""
+    if cfg.reg == "anti_flat" and step >= cfg.cancel_at and cfg.cancel_at < cfg.max_steps:
+        if not cfg.cancel_cosine:
+            return base_lr_at(step, cfg) * cfg.lr_bump
+        bumped = cfg.lr * cfg.lr_bump
+        frac = (step - cfg.cancel_at) / max(1, cfg.max_steps - cfg.cancel_at)
+        return 1e-4 + 0.5 * (bumped - 1e-4) * (1 + math.cos(math.pi * frac))
+    return base_lr_at(step, cfg)
 
 
 def batch_indices(step: int, n: int, batch: int, seed: int) -> torch.Tensor:
@@ -130,6 +138,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         total = loss if reg is None else loss + reg
         opt.zero_grad(set_to_none=True)
         total.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         if cfg.reg == "anti_flat":  # Frobenius cap: without it the anti-flat term diverges by inflating W
             with torch.no_grad():

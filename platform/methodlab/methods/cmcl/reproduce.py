@@ -149,7 +149,7 @@ def _drop_rows(results, names):
 
 PLASTICITY_NOTES = [
     "Development-seed scan (seeds 10, 11, 12; DNS lambda' = 0 and Vanilla, everything official except lr; "
-    "`/work/main/.venv/bin/python` on `fit`, 6-14 s a run; '-' = not run, the rule had already failed on seed 10):",
+    "`.venv/bin/python` on `fit`, 6-14 s a run; '-' = not run, the rule had already failed on seed 10):",
     "",
     _table(["lr", "DNS min in-step drop % (s10 / s11 / s12)", "DNS R@1 / BWT (mean)", "Vanilla min drop %",
             "Vanilla R@1 / BWT (mean)"],

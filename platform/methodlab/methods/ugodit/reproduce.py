@@ -277,11 +277,12 @@ def write_report(out: Path, cache: dict, cal: dict, mri_lr: float, dev_seeds, se
         L += ["", "The term lambda * mse(x, z) with z initialised at the bilinear image and refreshed to the output "
               "every 10 steps keeps the reconstruction near the bilinear input within a 400-step budget; vanilla DIP "
               "(lambda 0, fixed input) is the arm that clears the bilinear baseline."]
-    diag_json = out / "ugodit_diagnostic.json"
-    if diag_json.exists() and not quick:  # issue 29: `python -m methodlab.methods.ugodit.diagnostics` measured it
-        from methodlab.methods.ugodit.diagnostics import CONCLUSION, section_lines
+    if not quick:  # issue 29: `python -m methodlab.methods.ugodit.diagnostics [--task sr]` measured these
+        from methodlab.methods.ugodit.diagnostics import TASKS, json_path, section
 
-        L += [""] + section_lines(json.loads(diag_json.read_text())) + [CONCLUSION]
+        for tk in TASKS:  # MRI, then SR x2
+            if json_path(out, tk).exists():
+                L += [""] + section(json.loads(json_path(out, tk).read_text()))
     L += ["", "## Report-only rows (seed 0, no bar)", ""]
     for key, title in (("only/deblur/0", "deblur_nonlinear, astronaut (parametric blur, not comparable with the "
                         "paper's BKSE GAN blur)"), ("only/sr_fashion/0", "SR x2, Fashion-MNIST sneaker (28 -> 32 padded)")):

@@ -282,7 +282,7 @@ def write_report(out: Path, cache: dict, cal: dict, mri_lr: float, dev_seeds, se
 
         for tk in TASKS:  # MRI, then SR x2
             if json_path(out, tk).exists():
-                L += [""] + section(json.loads(json_path(out, tk).read_text()))
+                L += [""] + section(json.loads(json_path(out, tk).read_text()), cache)
     L += ["", "## Report-only rows (seed 0, no bar)", ""]
     for key, title in (("only/deblur/0", "deblur_nonlinear, astronaut (parametric blur, not comparable with the "
                         "paper's BKSE GAN blur)"), ("only/sr_fashion/0", "SR x2, Fashion-MNIST sneaker (28 -> 32 padded)")):

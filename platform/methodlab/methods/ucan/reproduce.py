@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from pathlib import Path
 
 import numpy as np
@@ -206,7 +206,8 @@ def run_one(job: dict) -> dict:
         from methodlab.methods.ucan.jobs import fit_image
 
         final = fit_image(cfg, ctx)
-    out = {**job, "final": final, "history": ctx.history, "wall_s": time.perf_counter() - t0}
+    out = {**job, "final": final, "history": ctx.history, "wall_s": time.perf_counter() - t0,
+           "finished_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, default=float))
     return out
@@ -390,7 +391,7 @@ def dev_section(dev: dict) -> list[str]:
         ps = c["per_seed"]
         rows.append((f"**{label}**" if label == dev.get("chosen") else label,
                      *[f"{1e3 * ps[s]['p2s']:.3f}" if s in ps else "-" for s in seeds], f"{1e3 * c['p2s_mean']:.3f}",
-                     f"{1e3 * c['p2s_at_250_mean']:.3f}", f"{1e4 * c['cd_mean']:.3f}",
+                     f"{1e3 * c['p2s_at_250_mean']:.3f}" if "cosine" not in label else "-", f"{1e4 * c['cd_mean']:.3f}",
                      f"{_m([v['wall_s'] for v in ps.values()]):.0f}"))
     for label, c in dev.get("nodc", {}).items():
         ps = c["per_seed"]
@@ -430,7 +431,7 @@ def _m(vals):
 
 
 def write_report(out_dir: Path, results: list[dict], base: dict, meshes: dict | None, wall: float, workers: int,
-                 quick: bool) -> Path:
+                 quick: bool, ran: list[str] | None = None) -> Path:
     steps, lr, seeds, img_iters = _settings()
     results = [r for r in results if r.get("kind") in ("pc", "image")]  # drop placeholders of runs not finished
     pc = [r for r in results if r["kind"] == "pc"]
@@ -494,10 +495,14 @@ def write_report(out_dir: Path, results: list[dict], base: dict, meshes: dict | 
     verdict = lambda v, ok: "NOT MEASURED" if "nan" in v else ("PASS" if ok else "FAIL")  # noqa: E731
     lines = [
         "# ucan (U-CAN) reproduction", "",
-        f"`methodlab reproduce ucan`{' --quick' if quick else ''}: {len(results)} runs in "
-        f"{float(os.environ.get('METHODLAB_UCAN_WALL_S', wall)) / 60:.1f} min wall on "
+        f"`methodlab reproduce ucan`{' --quick' if quick else ''}: {len(results)} runs; this invocation ran "
+        f"{len(ran) if ran is not None else len(results)} of them"
+        + (f" (env METHODLAB_UCAN_CLAIMS={os.environ['METHODLAB_UCAN_CLAIMS']})" if os.environ.get("METHODLAB_UCAN_CLAIMS") else "")
+        + f" in {float(os.environ.get('METHODLAB_UCAN_WALL_S', wall)) / 60:.1f} min wall on "
         f"{workers} worker process(es), 1 torch thread each, on a 2-core CPU shared with other jobs (per-run wall "
-        "times below include that contention).", "",
+        "times below include that contention). When each run finished (runs not rerun here come from the "
+        "config-keyed cache, same code path and config): "
+        + "; ".join(f"{r['name']} {r.get('finished_utc', '?')}" for r in sorted(results, key=lambda r: r["name"])) + ".", "",
         "Setting (spec methods/ucan.md, Acceptance; jobs/ucan/train_analytic.yaml): 5 training families (sphere, "
         "ellipsoid, torus, capsule, rounded box) x 4 shapes with random parameters, 2,000 points, noise std 2 % of the "
         "unit bounding-sphere radius, K = 4 independent noisy scans per shape (fresh surface sample + noise each); "
@@ -636,21 +641,39 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
                    if (CACHE / f"{cache_name(j)}.json").exists()]
         base = baselines()
         wall = sum(r["wall_s"] for r in results) / max(1, workers)
-    else:
+    want_meshes = "meshes" in parts and not os.environ.get("METHODLAB_UCAN_REPORT_ONLY") and not quick
+    mesh_fut = None
+    ran: list[str] = []
+    if results == [] and "claims" in parts and not os.environ.get("METHODLAB_UCAN_REPORT_ONLY"):
+        # env METHODLAB_UCAN_CLAIMS (e.g. "1,2" or "3"): run only those claims' runs; the others come from the
+        # cache (same config key) when they are there
+        sel = os.environ.get("METHODLAB_UCAN_CLAIMS")
+        kinds = {{"1": "pc", "2": "pc", "3": "image"}[c.strip()] for c in sel.split(",")} if sel else {"pc", "image"}
+        run_todo = [j for j in todo if j["kind"] in kinds]
+        ran = [j["name"] for j in run_todo if not (CACHE / f"{cache_name(j)}.json").exists()]
+        results = [json.loads((CACHE / f"{cache_name(j)}.json").read_text()) for j in todo
+                   if j["kind"] not in kinds and (CACHE / f"{cache_name(j)}.json").exists()]
         with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-            futs = [pool.submit(run_one, j) for j in todo]
+            pending = {pool.submit(run_one, j): j for j in run_todo}
             fut_base = pool.submit(baselines)
-            for f in as_completed(futs):
-                r = f.result()
-                results.append(r)
-                print(f"done {r['name']} ({r['wall_s']:.0f} s)", flush=True)
+            while pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for f in done:
+                    r = f.result()
+                    del pending[f]
+                    results.append(r)
+                    print(f"done {r['name']} ({r['wall_s']:.0f} s)", flush=True)
+                if want_meshes and mesh_fut is None and {"pc-ucan-s0", "pc-nodc-s0"} <= {r["name"] for r in results}:
+                    b = fut_base.result()  # the real-mesh table starts as soon as the seed-0 models exist
+                    mesh_fut = pool.submit(mesh_table, min((1, 2, 3), key=lambda i: b[f"knn{i}"]["test/p2s"]))
             base = fut_base.result()
+            mesh_res = mesh_fut.result() if mesh_fut is not None else None
     knn_best = min((1, 2, 3), key=lambda i: base[f"knn{i}"]["test/p2s"])
-    if "meshes" in parts and not os.environ.get("METHODLAB_UCAN_REPORT_ONLY") and not quick:
-        meshes = mesh_table(knn_best)
+    if want_meshes:
+        meshes = mesh_res if mesh_fut is not None else mesh_table(knn_best)
         kept.write_text(json.dumps(meshes, indent=1))
     else:
         meshes = json.loads(kept.read_text()) if kept.exists() else None
     wall = time.perf_counter() - t0 if "claims" in parts and not os.environ.get("METHODLAB_UCAN_REPORT_ONLY") else wall
     _plot(results, base, out / "ucan.png", out / "ucan_render.png")
-    return str(write_report(out, results, base, meshes, wall, workers, quick))
+    return str(write_report(out, results, base, meshes, wall, workers, quick, ran=ran))

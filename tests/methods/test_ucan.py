@@ -180,6 +180,45 @@ def test_lambda_dc_changes_training():
     assert diff > 1e-6
 
 
+def test_cosine_schedule_changes_training():
+    """lr_schedule=cosine (a development-seed recipe candidate) really decays the step size."""
+    from methodlab.methods.ucan.train import fit
+
+    base = dict(families=["sphere"], n_train_per_family=1, n_points=128, observations=2, max_steps=3, k=8,
+                enc_widths=[16, 16], head_widths=[16], patch_points=64, patch_pairs=1, eval_every=100,
+                eval_at_start=False, eval_sets=["val"], checkpoint_every=100, lr=1e-2)
+    ws = []
+    for sched in ("constant", "cosine"):
+        got = {}
+        ctx = RunContext(quiet=True, report_fn=lambda m, d: d is not None and got.setdefault("w", _weights(d)))
+        fit(Config(**base, lr_schedule=sched), ctx)
+        ws.append(got["w"])
+    assert max(float((ws[0][k] - ws[1][k]).abs().max()) for k in ws[0]) > 1e-6
+
+
+def test_reproduction_recipe_follows_job_files_and_cache_is_keyed_by_it():
+    """The reproduction's point-cloud arms run the recipe of jobs/ucan/train_analytic*.yaml (lr, schedule, steps),
+    a recipe change gives a new cache entry (old runs are never reused), and the development-seed grid reads the
+    validation shapes only."""
+    import yaml
+
+    from methodlab.methods.ucan import reproduce as R
+
+    root = Path(__file__).resolve().parents[2] / "jobs" / "ucan"
+    pcs = [j for j in R.jobs() if j["kind"] == "pc"]
+    assert {j["arm"] for j in pcs} == set(R.ARMS)
+    for f in ("train_analytic.yaml", "train_analytic_no_dc.yaml", "train_analytic_1step.yaml"):
+        c = yaml.safe_load((root / f).read_text())["config"]
+        for j in pcs:
+            assert (j["config"]["lr"], j["config"]["lr_schedule"]) == (c["lr"], c.get("lr_schedule", "constant")), f
+            assert j["config"]["max_steps"] == c["max_steps"], f
+    j = pcs[0]
+    assert R.cache_name(j) != R.cache_name({**j, "config": {**j["config"], "lr": 3 * j["config"]["lr"]}})
+    assert R.cache_name(j) != R.cache_name({**j, "config": {**j["config"], "max_steps": j["config"]["max_steps"] + 1}})
+    dev = R.dev_jobs()
+    assert dev and all(d["config"]["eval_sets"] == ["val"] and d["seed"] in (10, 11, 12) for d in dev)
+
+
 def _weights(d):
     from safetensors.torch import load_file
 

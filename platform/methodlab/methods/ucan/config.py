@@ -57,6 +57,7 @@ class Config(MethodConfig):
 
     # --- optimisation ----------------------------------------------------------------------------
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="Adam learning rate [RECON: 1e-4].")
+    lr_schedule: Literal["constant", "cosine"] = Field("constant", description="constant (spec) or cosine decay to 0 over max_steps (a recipe candidate of the development-seed grid).")
     max_steps: int = Field(400, ge=1, le=10_000_000, description="Optimiser steps (the acceptance budget: 400 for every arm).")
     patch_points: int = Field(1024, ge=16, le=1024, description="Points per training patch (kNN ball around a shared seed); exact EMD is O(N^3): <= 1024.")
     patch_pairs: int = Field(4, ge=1, le=64, description="Patch pairs (two observations of one region) per optimiser step (CPU presets 2).")

@@ -5,6 +5,7 @@ val/test shapes, checkpoints, resume at the saved step. With world_size > 1 ever
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -89,6 +90,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     window: list[dict] = []
     for _ in ctx.progress(range(step, cfg.max_steps), total=cfg.max_steps - step, desc="ucan train", unit="step"):
         rng = np.random.default_rng([cfg.seed, ctx.rank, step])
+        if cfg.lr_schedule == "cosine":  # from the step counter alone: resume-safe
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr * 0.5 * (1.0 + math.cos(math.pi * step / cfg.max_steps))
         opt.zero_grad(set_to_none=True)
         parts = {"loss": 0.0, "n2n": 0.0, "dc": 0.0}
         for _ in range(cfg.patch_pairs):

@@ -187,7 +187,11 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Pat
             tasks.append((JOB, run_name(regime, seed), [*REGIMES[regime], f"seed={seed}", "log_every=50"], storage))
     for regime, over in (("baseline", ["reg=none"]), ("anti_flat", [])):
         tasks.append((DIGITS_JOB, f"digits-{regime}", over, storage))
-    tasks.sort(key=lambda t: -next((int(o.split("=")[1]) for o in t[2] if o.startswith("max_steps=")), 0))  # longest first
+    # longest first; among equals the baselines first (every claim reads them), then the arms in REGIMES order, so a
+    # reproduction cut short by a busy machine has finished the runs that the most claims need
+    order = {run_name(r, s): i for i, r in enumerate(REGIMES) for s in seeds}
+    tasks.sort(key=lambda t: (-next((int(o.split("=")[1]) for o in t[2] if o.startswith("max_steps=")), 0),
+                              order.get(t[1], len(REGIMES))))
     print(f"[grokking_flatness] {len(tasks)} runs, {workers} at a time (1 torch thread each) -> {storage}", flush=True)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = dict(zip([t[1] for t in tasks], pool.map(_run, tasks)))

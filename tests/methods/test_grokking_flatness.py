@@ -3,6 +3,8 @@ resume continuity, and the predictor's domain checks (spec: "Smoke test" and "A 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -184,5 +186,7 @@ def test_train_accuracy_reading_is_the_same_for_t_mem_and_the_claims():
     assert r["t_gen"] == 700 and r["af_train_at_tgen"] == train_acc_at(af, 700) == 0.999 and r["C_anti_flat"]
     r = claims_for_seed({"baseline": base, "anti_flat": hist([0.5] * 3 + [0.999] + [0.3] * 5, [0.0] * 9)})
     assert r["af_train_at_tgen"] == 0.3 and not r["C_anti_flat"]  # the 0.999 log is 4 logs back
+    r = claims_for_seed({"baseline": base, "anti_flat": af[:6]})  # the anti-flat run ended before t_gen: not read
+    assert math.isnan(r["af_val_at_tgen"]) and not r["C_anti_flat"]
     r = claims_for_seed({"baseline": base})  # arms that did not run: their claims are absent, not failed
     assert "C_anti_flat" not in r and "A" in r

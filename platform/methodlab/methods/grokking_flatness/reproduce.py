@@ -14,20 +14,24 @@ from pathlib import Path
 from methodlab.methods.grokking_flatness.summary import TRAIN_WINDOW, first_step, memorised, steepest_log_drop, train_acc_at
 
 SEEDS = (0, 1, 2)
-JOB = "jobs/grokking_flatness/cpu.yaml"  # the demo's recipe; the issue-22 candidate cpu_clipcos.yaml did worse on A (investigation)
+JOB = "jobs/grokking_flatness/cpu_frac02.yaml"  # issue 22: cpu.yaml + train fraction 0.2 + clip 1 (dev seeds 10-12); the demo keeps cpu.yaml
 DIGITS_JOB = "jobs/grokking_flatness/digits.yaml"
 # per regime: overrides of the calibrated CPU preset
 REGIMES = {
-    "baseline": ["reg=none", "max_steps=4000"],
-    "anti_flat": ["reg=anti_flat", "lam=0.01", "tau=2.0", "w_cap=150", "cancel_step=2000", "max_steps=3000"],
-    "collapse_prevent": ["reg=collapse_prevent", "lam=0.001", "max_steps=4000"],
+    # at train fraction 0.2 the dev seeds generalise at steps 4,400-7,400: the baseline and collapse arms run 9,000
+    # steps (B's window reaches 1.2 x t_gen; the final CDNVs are compared at the same steps); the
+    # anti-flat check reads its run only at the baseline's t_gen, so 8,000 steps cover it (a run that ends before the
+    # baseline's t_gen is not read: the claim fails as "not measured")
+    "baseline": ["reg=none", "max_steps=9000"],
+    "anti_flat": ["reg=anti_flat", "lam=0.01", "tau=2.0", "w_cap=150", "cancel_step=2000", "max_steps=8000"],
+    "collapse_prevent": ["reg=collapse_prevent", "lam=0.001", "max_steps=9000"],
     # lambda 1e-3 left CDNV within noise of the baseline and 3e-2 reached 0.22-0.84x (seeds 0-2, old recipe); the spec
     # allows raising it (range up to 1e-1): 1e-1, chosen on dev seed 10 (CDNV 0.08x the baseline, t_gen 0.71x)
-    "collapse_encourage": ["reg=collapse_encourage", "lam=0.1", "max_steps=4000"],
+    "collapse_encourage": ["reg=collapse_encourage", "lam=0.1", "max_steps=9000"],
 }
 
 
-RECIPE_TAG = "cpu"  # run folders are tagged by recipe, so a run of another recipe is never reused
+RECIPE_TAG = "f02clip"  # run folders are tagged by recipe, so a run of another recipe is never reused
 
 
 def run_name(regime: str, seed: int) -> str:
@@ -71,10 +75,11 @@ def claims_for_seed(h: dict[str, list[dict]]) -> dict:
     # C1: anti-flat: val <= 50 % at the baseline's t_gen, with train >= 99 % (the same best-of-3 reading as t_mem)
     af = h.get("anti_flat")
     if af is not None:
-        r["af_val_at_tgen"] = at_step(af, "val/accuracy", t_gen)
-        r["af_train_at_tgen"] = train_acc_at(af, t_gen)
+        covered = t_gen > 0 and af[-1]["step"] >= t_gen  # never read a run that ended before the baseline's t_gen
+        r["af_val_at_tgen"] = at_step(af, "val/accuracy", t_gen) if covered else float("nan")
+        r["af_train_at_tgen"] = train_acc_at(af, t_gen) if covered else float("nan")
         r["af_val_final"] = af[-1]["val/accuracy"]
-        r["C_anti_flat"] = r["af_val_at_tgen"] <= 0.5 and r["af_train_at_tgen"] >= 0.99
+        r["C_anti_flat"] = covered and r["af_val_at_tgen"] <= 0.5 and r["af_train_at_tgen"] >= 0.99
     # C2: collapse regularizers leave the timing alone but do act on CDNV
     for reg, test in (("collapse_prevent", lambda ratio: ratio >= 2.0), ("collapse_encourage", lambda ratio: ratio <= 0.5)):
         run = h.get(reg)
@@ -182,10 +187,15 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Pat
     tasks = []
     for seed in seeds:
         for regime in regimes:
-            tasks.append((JOB, run_name(regime, seed), [*REGIMES[regime], f"seed={seed}", "log_every=50"], storage))
+            tasks.append((JOB, run_name(regime, seed), [*REGIMES[regime], f"seed={seed}", "log_every=50",
+                                                         "checkpoint_every=100"], storage))  # cheap resume on a busy machine
     for regime, over in (("baseline", ["reg=none"]), ("anti_flat", [])):
         tasks.append((DIGITS_JOB, f"digits-{regime}", over, storage))
-    tasks.sort(key=lambda t: -next((int(o.split("=")[1]) for o in t[2] if o.startswith("max_steps=")), 0))  # longest first
+    # longest first; among equals the baselines first (every claim reads them), then the arms in REGIMES order, so a
+    # reproduction cut short by a busy machine has finished the runs that the most claims need
+    order = {run_name(r, s): i for i, r in enumerate(REGIMES) for s in seeds}
+    tasks.sort(key=lambda t: (-next((int(o.split("=")[1]) for o in t[2] if o.startswith("max_steps=")), 0),
+                              order.get(t[1], len(REGIMES))))
     print(f"[grokking_flatness] {len(tasks)} runs, {workers} at a time (1 torch thread each) -> {storage}", flush=True)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = dict(zip([t[1] for t in tasks], pool.map(_run, tasks)))
@@ -213,7 +223,7 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Pat
         f"wall time {time.time() - t0:.0f} s ({workers} runs at a time, 1 torch thread each).",
         f"Setting: `{JOB}`: {recipe_text()}; the same recipe for every arm; seeds {list(seeds)}. "
         f"Arms: baseline {steps['baseline']} steps; anti-flat (lambda {lam['anti_flat']}, tau 2, cap 150, off at step "
-        f"2,000, no LR bump) {steps['anti_flat']} steps; collapse-prevent (lambda {lam['collapse_prevent']}) and "
+        f"2,000, no LR bump) {steps['anti_flat']} steps (read only at the baseline's t_gen); collapse-prevent (lambda {lam['collapse_prevent']}) and "
         f"collapse-encourage (lambda {lam['collapse_encourage']}) {steps['collapse_prevent']} steps.",
     ]
     if not_run:

@@ -25,7 +25,7 @@ def build_model(cfg: Config, n_marks: int):
     if cfg.model == "lognormmix":
         return LogNormMix(n_marks, cfg.d_history, cfg.n_components)
     return IFNMTPP(n_marks, cfg.d_history, cfg.d_intensity, cfg.mlp_layers, cfg.tanh_parameter, cfg.activation,
-                   cfg.removes_tail, cfg.eps)
+                   cfg.removes_tail, cfg.eps, cfg.init)
 
 
 def batch_loss(model, marks, gaps, mask, wgap, stats, cfg: Config):
@@ -92,6 +92,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
+            if cfg.nonneg_weights == "project" and isinstance(model, IFNMTPP):
+                model.project_()
             k = int(mask[:, 1:].sum())
             tot, n_ev = tot + float(loss.detach()) * k, n_ev + k
         epoch += 1
@@ -105,11 +107,15 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         else:
             bad += cfg.eval_every
         stop = epoch >= cfg.min_epochs and bad >= cfg.patience
-        thresholds = calibrate(model, data, cfg)
-        ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False,
-                      timefirst=False)
+        ev = {}
+        if cfg.epoch_val_f1 or stop or last:
+            thresholds = calibrate(model, data, cfg)
+            ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False,
+                          timefirst=False)
         metrics = {"epoch": epoch, "step": epoch, "train/nll": tot / max(n_ev, 1), "val/nll": val_nll,
                    "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
+        if isinstance(model, IFNMTPP):
+            metrics["train/negative_weight_share"] = model.dead_fraction()
         save = (epoch % cfg.checkpoint_every == 0) and not (stop or last)
         ctx.report(metrics, checkpoint=writer() if save else None)
 
@@ -118,6 +124,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         model.load_state_dict(best_state)
     thresholds = calibrate(model, data, cfg)
     final = {"epoch": epoch, "step": epoch, "best_epoch_nll": best_nll}
+    if isinstance(model, IFNMTPP):
+        final["train/negative_weight_share"] = model.dead_fraction()
     final.update(evaluate(model, data, cfg, thresholds, split="val", time_eval=False, oracle=False, timefirst=False))
     final.update(evaluate(model, data, cfg, thresholds, split="test"))
     for m, e in enumerate(thresholds):

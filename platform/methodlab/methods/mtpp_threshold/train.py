@@ -15,7 +15,7 @@ from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_ev
 from methodlab.methods.mtpp_threshold import tpp
 from methodlab.methods.mtpp_threshold.config import Config
 from methodlab.methods.mtpp_threshold.data import batches, build_data, take
-from methodlab.methods.mtpp_threshold.evaluate import calibrate, evaluate, split_nll
+from methodlab.methods.mtpp_threshold.evaluate import calibrate, evaluate, split_nll, val_mark_nll
 from methodlab.methods.mtpp_threshold.model import IFNMTPP, LogNormMix
 
 SLUG = "mtpp_threshold"
@@ -116,6 +116,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
                    "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
         if isinstance(model, IFNMTPP):
             metrics["train/negative_weight_share"] = model.dead_fraction()
+        if "val/mark_nll" not in metrics:  # mark part of the likelihood, -log p*(m | history): cheap, no thresholds
+            metrics["val/mark_nll"] = val_mark_nll(model, data)
         save = (epoch % cfg.checkpoint_every == 0) and not (stop or last)
         ctx.report(metrics, checkpoint=writer() if save else None)
 

@@ -81,7 +81,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
 
     model.train()
     n_train = data.train.marks.shape[0]
-    stop = False
+    stop, skipped = False, 0
     while epoch < cfg.max_epochs and not stop:
         tot, n_ev = 0.0, 0
         for idx in batches(n_train, cfg.batch_size, cfg.seed, epoch):
@@ -89,6 +89,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             loss = batch_loss(model, marks, gaps, mask, wgap, data.stats, cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if not all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None):
+                skipped += 1  # a non-finite loss or gradient would write NaN into every weight: skip this update
+                continue
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
@@ -116,6 +119,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
                    "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
         if isinstance(model, IFNMTPP):
             metrics["train/negative_weight_share"] = model.dead_fraction()
+        metrics["train/skipped_steps"] = skipped
         if "val/mark_nll" not in metrics:  # mark part of the likelihood, -log p*(m | history): cheap, no thresholds
             metrics["val/mark_nll"] = val_mark_nll(model, data)
         save = (epoch % cfg.checkpoint_every == 0) and not (stop or last)
@@ -128,6 +132,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     final = {"epoch": epoch, "step": epoch, "best_epoch_nll": best_nll}
     if isinstance(model, IFNMTPP):
         final["train/negative_weight_share"] = model.dead_fraction()
+    final["train/skipped_steps"] = skipped
     final.update(evaluate(model, data, cfg, thresholds, split="val", time_eval=False, oracle=False, timefirst=False))
     final.update(evaluate(model, data, cfg, thresholds, split="test"))
     for m, e in enumerate(thresholds):

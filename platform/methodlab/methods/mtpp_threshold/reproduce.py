@@ -490,6 +490,8 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, claims
                     "reproduce mtpp_threshold` (one process per run, 1 thread; seconds per run in the tables); the other "
                     "sections are from the last full run")
             if k[0] == "flights":
+                if not any(("flights", "ifn", s) in res for s in seeds):
+                    return  # no IFNMTPP run of this recipe has finished: the report's flights section stays as it is
                 _merge_flights(path, {w: {s: res[("flights", w, s)] for s in seeds if ("flights", w, s) in res}
                                       for w in ("ifn", "lnm")}, seeds, when)
             else:

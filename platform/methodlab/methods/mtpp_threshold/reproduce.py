@@ -274,8 +274,9 @@ def _recipe_section(res: dict, seeds) -> list[str]:
               f"({'at or above' if g >= 0.02 else 'below'} the +0.02 bar)." + head_note
               + (" More steps did not make IFNMTPP's p*(m | history) informative enough for the thresholds: the claim's "
                  "recipe is left as it was, and the flights claim stays FAIL with these figures as its measured cause: "
-                 + (f"IFNMTPP's p*(m | history) recovers {frac:.0%} of the mark information that the boosted trees extract from the same history "
-                    "((prior - IFNMTPP) / (prior - boosted trees) test mark NLL, (b)), " if frac == frac else "IFNMTPP's "
+                 + (f"IFNMTPP's p*(m | history) recovers {frac:.0%} of the mark information that the boosted trees "
+                    "extract from the same history ((prior - IFNMTPP) / (prior - boosted trees) test mark NLL, (b)), "
+                    if frac == frac else "IFNMTPP's "
                     "p*(m | history) stays far from the boosted trees' (b), ")
                  + "and the thresholds gain only where that distribution is learned (LogNormMix, boosted trees)."
                  if g < 0.02 else

@@ -102,8 +102,13 @@ def _recipe_jobs(seeds) -> dict:
             for s in seeds for w in ("ifn", "lnm")}
 
 
+def _valthr_jobs() -> dict:
+    """(d) the same 4x-steps IFNMTPP with its thresholds learned on October (the spec's held-out option), dev seed 10."""
+    return {("recipe_valthr", "ifn", HEAD_SEED): (_cached, (_run, {**FLIGHTS_4X, "threshold_split": "val", "seed": HEAD_SEED}))}
+
+
 def _diag_jobs(seeds) -> dict:
-    jobs = {**_head_jobs(), **_recipe_jobs(seeds)}
+    jobs = {**_head_jobs(), **_recipe_jobs(seeds), **_valthr_jobs()}
     for s in seeds:
         for lr in PROBE_LRS:
             jobs[("probe", f"ifn@{lr:g}", s)] = (_cached, (_run, {**PROBE, "lr": lr, "seed": s}))
@@ -259,6 +264,11 @@ def _recipe_section(res: dict, seeds) -> list[str]:
                  f"({np.mean([r['test/mark_nll_prior'] for _, r in rr]):.3f}) | "
                  f"{np.mean([r['test/macro_f1_argmax'] for _, r in rr]):.3f} | {np.mean([r['test/macro_f1'] for _, r in rr]):.3f} | "
                  f"{np.mean(g):+.3f} ({', '.join(f'{x:+.3f}' for x in g)}) | {'; '.join(_lost(r) for _, r in rr)} | {secs} |")
+    rv = res.get(("recipe_valthr", "ifn", HEAD_SEED))
+    if rv is not None:
+        L.append(f"| IFNMTPP, thresholds on October | [{HEAD_SEED}] | {rv['epoch']} | {rv['test/mark_nll']:.3f} "
+                 f"({rv['test/mark_nll_prior']:.3f}) | {rv['test/macro_f1_argmax']:.3f} | {rv['test/macro_f1']:.3f} | "
+                 f"{rv['test/macro_f1'] - rv['test/macro_f1_argmax']:+.3f} | {_lost(rv)} | {rv['_seconds']:.0f} |")
     curves = [(s0, r0) for s0, r0 in runs["ifn"] if r0.get("_curve")]
     if curves:
         L += ["", f"IFNMTPP validation (October) mark NLL by epoch ({int(np.ceil(819 / F4['batch_size']))} steps each): "

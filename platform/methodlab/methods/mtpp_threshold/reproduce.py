@@ -332,8 +332,15 @@ def _valthr_section(res: dict, seeds) -> list[str]:
           + ("Thresholds fitted on the sequences the model was trained on do not transfer for IFNMTPP; fitted on held-out "
              "October they gain. " if np.mean(gi) >= 0.02 else "")
           + (f"The flights recipe (reproduce.FLIGHTS, jobs/mtpp_threshold/flights.yaml) {'is' if FLIGHTS == FLIGHTS_4X_VAL else 'is not'} "
-             "this setting (batch 8, projected weights, thresholds on October) for IFNMTPP and LogNormMix alike."
-             if done else "")]
+             "this setting (batch 8, projected weights, thresholds on October) for IFNMTPP and LogNormMix alike. "
+             if done else "")
+          + (("The reported seeds have run with it: the flights section and claim row show them."
+              if all(("flights", "ifn", s) in res for s in (0, 1, 2)) else
+              "The reported seeds 0, 1, 2 have not run with it yet (CPU time on the shared 2-core machine ran out): the "
+              "flights section and claim row above are still the batch-32 / lr 5e-3 / training-split-threshold runs. "
+              "Rerun them with `METHODLAB_MTPP_CLAIMS=flights methodlab reproduce mtpp_threshold --workers 6` "
+              "(about 5 minutes per IFNMTPP run on an idle core).")
+             if done and FLIGHTS == FLIGHTS_4X_VAL else "")]
     return L
 
 

@@ -339,7 +339,7 @@ def _valthr_section(res: dict, seeds) -> list[str]:
               "The reported seeds 0, 1, 2 have not run with it yet (CPU time on the shared 2-core machine ran out): the "
               "flights section and claim row above are still the batch-32 / lr 5e-3 / training-split-threshold runs. "
               "Rerun them with `METHODLAB_MTPP_CLAIMS=flights methodlab reproduce mtpp_threshold --workers 6` "
-              "(about 5 minutes per IFNMTPP run on an idle core).")
+              "(seconds per run of this setting: the table above).")
              if done and FLIGHTS == FLIGHTS_4X_VAL else "")]
     return L
 

@@ -223,6 +223,39 @@ def test_one_epoch_lowers_nll():
     assert torch.isfinite(batch_loss(model, *take(data.train, torch.arange(8)), data.stats, cfg2))
 
 
+def test_projected_nonneg_weights_stay_alive_in_training():
+    """Issue 22: the research code keeps the STORED weights of the monotone network >= 0 (relu on weight.data), so
+    a weight that a step drives to 0 gets a gradient again. Clamping only in the forward pass left every weight
+    that one Adam step pushed below 0 without gradient for good (measured on flights: 65 % of the weights after
+    the recipe's 260 steps at lr 5e-3). Through fit(): with `project` no weight is negative after training and a
+    weight at 0 still receives a gradient; with `clamp` (the old behaviour) weights die."""
+    from methodlab.core import RunContext
+    from methodlab.methods.mtpp_threshold.train import fit
+
+    base = {**Config.smoke, "n_train": 64, "n_val": 16, "n_test": 16, "max_epochs": 2, "lr": 0.05,
+            "time_eval": False, "checkpoint_every": 100}
+    share = {}
+    for how in ("project", "clamp"):
+        out = fit(Config.model_validate({**base, "nonneg_weights": how}), RunContext(seed=0, quiet=True))
+        share[how] = out["train/negative_weight_share"]
+    assert share["project"] == 0.0
+    assert share["clamp"] > 0.05  # the failure mode the projection removes
+    layer = model_mod.NonNegLinear(3, 2)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[-0.5, 0.2, 0.1], [0.3, -0.1, 0.2]]))
+    layer.project_()
+    assert (layer.weight >= 0).all() and layer.weight[0, 0] == 0
+    layer(torch.ones(1, 3)).sum().backward()
+    assert layer.weight.grad[0, 0] != 0  # a projected weight is alive
+
+
+def test_research_init_matches_the_research_code():
+    m = IFNMTPP(4, d_history=8, d_intensity=16, mlp_layers=2, init="research")
+    w = m.layers[0].weight
+    assert (w >= 0).all() and 0.2 < float((w == 0).float().mean()) < 0.8 and float(w.max()) <= 0.25
+    assert float(m.a.abs().max()) <= (6 / 20) ** 0.5
+
+
 def test_easytpp_json_and_csv_loaders_round_trip(tmp_path):
     from methodlab.core import ConfigError, RunContext
     from methodlab.data.event_sequences import load_sequence_files, read_sequence_file

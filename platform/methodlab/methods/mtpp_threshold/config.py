@@ -48,6 +48,13 @@ class Config(MethodConfig):
     activation: Literal["ctanh", "ctanh_scaled"] = Field(
         "ctanh", description="[RECON] ctanh: c*tanh(x) as in the research code; ctanh_scaled: c*tanh(x/c).")
     removes_tail: bool = Field(True, description="Subtract G_m(inf) so that Gamma(m, inf) = 0.")
+    nonneg_weights: Literal["project", "clamp"] = Field(
+        "clamp", description="project: after every optimiser step set negative weights of the monotone network to 0 "
+        "(the research code's relu on weight.data: a weight at 0 keeps its gradient); clamp: clamp in the forward "
+        "pass only (a weight pushed below 0 gets no gradient again).")
+    init: Literal["research", "positive"] = Field(
+        "positive", description="Monotone network init. research: nn.Linear default then relu (half the weights at 0), "
+        "xavier per-mark vectors, as the research code; positive: U(0, 1/d_in) weights, zero bias, N(0, 0.25) vectors.")
     n_components: int = Field(8, ge=1, le=64, description="LogNormMix mixture components.")
     eps: float = Field(1e-8, gt=0.0, le=1e-2, description="Added inside logs and to the normaliser.")
 
@@ -79,6 +86,9 @@ class Config(MethodConfig):
 
     # --- logging / runtime -----------------------------------------------------------------------
     eval_every: int = Field(1, ge=1, description="Epochs between validation passes (early stopping granularity).")
+    epoch_val_f1: bool = Field(True, description="Calibrate thresholds and score validation macro-F1 at every validation "
+                               "pass (the sweep objective); False: validation NLL only until the last epoch (saves a "
+                               "pass over the training split per epoch; results unchanged).")
     checkpoint_every: int = Field(5, ge=1, description="Epochs between checkpoints.")
     torch_threads: int | None = Field(None, ge=1, le=256, description="torch.set_num_threads for this run.")
     checkpoint_path: str | None = Field(None, description="Settings calibrate/evaluate: the trained checkpoint directory.")

@@ -35,6 +35,17 @@ def split_nll(model, padded, stats, eps) -> float:
     return tot / max(n, 1)
 
 
+@torch.no_grad()
+def val_mark_nll(model, data) -> float:
+    """-log p*(m_true | history) averaged over the validation targets (the mark part of the likelihood)."""
+    was = model.training
+    model.eval()
+    p, _, y, _ = collect(model, data.val, data.stats)
+    model.train(was)
+    p_true = p[torch.arange(len(y)), y] / p.sum(1).clamp_min(1e-30)
+    return float(-torch.log(p_true.clamp_min(1e-12)).mean())
+
+
 def calibrate(model, data, cfg) -> np.ndarray:
     """Per-mark thresholds from the threshold split (train by default), outside back-propagation."""
     padded = data.train if cfg.threshold_split == "train" else data.val

@@ -16,16 +16,36 @@ import torch.nn.functional as F
 
 
 class NonNegLinear(nn.Module):
-    """Linear map with weights clipped to >= 0 in the forward pass (as the research code does), so it is
-    non-decreasing in every input; the bias is free."""
+    """Linear map with non-negative weights, so it is non-decreasing in every input; the bias is free.
 
-    def __init__(self, d_in: int, d_out: int):
+    The forward pass uses weight.clamp_min(0), whose gradient passes where weight >= 0 (zero included). The
+    research code keeps the STORED weights non-negative (relu on weight.data before every use: projected
+    gradient descent), so a weight driven to 0 gets a gradient again and can come back; `project_()` does that
+    projection and the training loop calls it after every optimiser step (`nonneg_weights: project`). Without
+    it (`clamp`) a weight that one Adam step pushes below 0 gets no gradient ever after: it is dead for good.
+
+    init 'research': nn.Linear's default (kaiming-uniform weights U(+-1/sqrt(d_in)) and bias) with the weights
+    then set to relu(weight), as the research code's NonNegLinear does (about half start at 0, alive under the
+    projection); 'positive': weights U(0, 1/d_in), bias 0 (every unit starts near the mean of its inputs)."""
+
+    def __init__(self, d_in: int, d_out: int, init: str = "positive"):
         super().__init__()
-        self.weight = nn.Parameter(torch.rand(d_out, d_in) / d_in)  # start positive: a clipped-to-0 init is dead
-        self.bias = nn.Parameter(torch.zeros(d_out))
+        if init == "research":
+            lin = nn.Linear(d_in, d_out)
+            self.weight = nn.Parameter(lin.weight.detach().clamp_min(0.0).clone())
+            self.bias = nn.Parameter(lin.bias.detach().clone())
+        elif init == "positive":
+            self.weight = nn.Parameter(torch.rand(d_out, d_in) / d_in)  # a clipped-to-0 init is dead under clamp
+            self.bias = nn.Parameter(torch.zeros(d_out))
+        else:
+            raise ValueError(f"NonNegLinear init must be 'research' or 'positive', got {init!r}")
 
     def pos_weight(self) -> torch.Tensor:
         return self.weight.clamp_min(0.0)
+
+    @torch.no_grad()
+    def project_(self) -> None:
+        self.weight.clamp_(min=0.0)
 
     def forward(self, x):
         return F.linear(x, self.pos_weight(), self.bias)
@@ -46,16 +66,33 @@ class HistoryEncoder(nn.Module):
 
 class IFNMTPP(nn.Module):
     def __init__(self, n_marks: int, d_history=64, d_intensity=64, mlp_layers=3, tanh_parameter=10.0,
-                 activation="ctanh", removes_tail=True, eps=1e-8):
+                 activation="ctanh", removes_tail=True, eps=1e-8, init="positive"):
         super().__init__()
         self.M, self.c, self.activation, self.removes_tail, self.eps = n_marks, float(tanh_parameter), activation, removes_tail, eps
         self.encoder = HistoryEncoder(n_marks, d_history)
-        self.a = nn.Parameter(torch.randn(n_marks, d_intensity) * 0.5)  # slope of tau, through softplus (> 0)
-        self.b = nn.Parameter(torch.randn(n_marks, d_intensity) * 0.5)
-        self.time_in = NonNegLinear(d_intensity, d_intensity)
+        if init == "research":  # xavier-uniform per-mark vectors, as the research code
+            bound = math.sqrt(6.0 / (n_marks + d_intensity))
+            self.a = nn.Parameter(torch.empty(n_marks, d_intensity).uniform_(-bound, bound))
+            self.b = nn.Parameter(torch.empty(n_marks, d_intensity).uniform_(-bound, bound))
+        else:
+            self.a = nn.Parameter(torch.randn(n_marks, d_intensity) * 0.5)  # slope of tau, through softplus (> 0)
+            self.b = nn.Parameter(torch.randn(n_marks, d_intensity) * 0.5)
+        self.time_in = NonNegLinear(d_intensity, d_intensity, init)
         self.hist_in = nn.Linear(d_history, d_intensity)
-        self.layers = nn.ModuleList(NonNegLinear(d_intensity, d_intensity) for _ in range(mlp_layers))
-        self.out = NonNegLinear(d_intensity, 1)
+        self.layers = nn.ModuleList(NonNegLinear(d_intensity, d_intensity, init) for _ in range(mlp_layers))
+        self.out = NonNegLinear(d_intensity, 1, init)
+
+    def project_(self) -> None:
+        """Set every negative weight of the monotone network to 0 (projected gradient step)."""
+        for mod in self.modules():
+            if isinstance(mod, NonNegLinear):
+                mod.project_()
+
+    def dead_fraction(self) -> float:
+        """Share of the monotone network's weights that are < 0 (no gradient under `clamp`; diagnostic)."""
+        ws = [mod.weight.detach().flatten() for mod in self.modules() if isinstance(mod, NonNegLinear)]
+        w = torch.cat(ws)
+        return float((w < 0).float().mean())
 
     def g(self, x):
         """Scaled tanh, monotone increasing, saturating at +-c."""

@@ -15,7 +15,7 @@ from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_ev
 from methodlab.methods.mtpp_threshold import tpp
 from methodlab.methods.mtpp_threshold.config import Config
 from methodlab.methods.mtpp_threshold.data import batches, build_data, take
-from methodlab.methods.mtpp_threshold.evaluate import calibrate, evaluate, split_nll
+from methodlab.methods.mtpp_threshold.evaluate import calibrate, evaluate, split_nll, val_mark_nll
 from methodlab.methods.mtpp_threshold.model import IFNMTPP, LogNormMix
 
 SLUG = "mtpp_threshold"
@@ -25,7 +25,7 @@ def build_model(cfg: Config, n_marks: int):
     if cfg.model == "lognormmix":
         return LogNormMix(n_marks, cfg.d_history, cfg.n_components)
     return IFNMTPP(n_marks, cfg.d_history, cfg.d_intensity, cfg.mlp_layers, cfg.tanh_parameter, cfg.activation,
-                   cfg.removes_tail, cfg.eps)
+                   cfg.removes_tail, cfg.eps, cfg.init)
 
 
 def batch_loss(model, marks, gaps, mask, wgap, stats, cfg: Config):
@@ -81,7 +81,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
 
     model.train()
     n_train = data.train.marks.shape[0]
-    stop = False
+    stop, skipped = False, 0
     while epoch < cfg.max_epochs and not stop:
         tot, n_ev = 0.0, 0
         for idx in batches(n_train, cfg.batch_size, cfg.seed, epoch):
@@ -89,9 +89,14 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             loss = batch_loss(model, marks, gaps, mask, wgap, data.stats, cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if not all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None):
+                skipped += 1  # a non-finite loss or gradient would write NaN into every weight: skip this update
+                continue
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
+            if cfg.nonneg_weights == "project" and isinstance(model, IFNMTPP):
+                model.project_()
             k = int(mask[:, 1:].sum())
             tot, n_ev = tot + float(loss.detach()) * k, n_ev + k
         epoch += 1
@@ -105,11 +110,18 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         else:
             bad += cfg.eval_every
         stop = epoch >= cfg.min_epochs and bad >= cfg.patience
-        thresholds = calibrate(model, data, cfg)
-        ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False,
-                      timefirst=False)
+        ev = {}
+        if cfg.epoch_val_f1 or stop or last:
+            thresholds = calibrate(model, data, cfg)
+            ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False,
+                          timefirst=False)
         metrics = {"epoch": epoch, "step": epoch, "train/nll": tot / max(n_ev, 1), "val/nll": val_nll,
                    "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
+        if isinstance(model, IFNMTPP):
+            metrics["train/negative_weight_share"] = model.dead_fraction()
+        metrics["train/skipped_steps"] = skipped
+        if "val/mark_nll" not in metrics:  # mark part of the likelihood, -log p*(m | history): cheap, no thresholds
+            metrics["val/mark_nll"] = val_mark_nll(model, data)
         save = (epoch % cfg.checkpoint_every == 0) and not (stop or last)
         ctx.report(metrics, checkpoint=writer() if save else None)
 
@@ -118,6 +130,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         model.load_state_dict(best_state)
     thresholds = calibrate(model, data, cfg)
     final = {"epoch": epoch, "step": epoch, "best_epoch_nll": best_nll}
+    if isinstance(model, IFNMTPP):
+        final["train/negative_weight_share"] = model.dead_fraction()
+    final["train/skipped_steps"] = skipped
     final.update(evaluate(model, data, cfg, thresholds, split="val", time_eval=False, oracle=False, timefirst=False))
     final.update(evaluate(model, data, cfg, thresholds, split="test"))
     for m, e in enumerate(thresholds):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from methodlab.core import FieldError
 from methodlab.core.checkpoint import latest_checkpoint
 from methodlab.methods.face import evaluate as ev
-from methodlab.methods.face.model import CF, FACE, greedy_distinct, info_nce, lm_encode, norm_adj
+from methodlab.methods.face.model import CF, FACE, greedy_distinct, greedy_distinct_reference, info_nce, lm_encode, norm_adj
 from tests.smoke import smoke_run
 
 torch.set_num_threads(1)
@@ -39,6 +39,18 @@ def test_greedy_distinct_matches_brute_force():
             taken.append(int(d.argmin()))
         assert idx[n].tolist() == taken
         assert len(set(taken)) == 5
+
+
+def test_greedy_distinct_top_w_form_equals_slot_by_slot_masking():
+    """The fast form (one distance pass, top-W candidates) picks what masking the full matrix per slot picks,
+    also when every entity crowds the same few codes (hub-like inputs: a shared slot bias, small spread)."""
+    g = torch.Generator().manual_seed(3)
+    C = torch.randn(3000, 16, generator=g)
+    for z in (torch.randn(300, 8, 16, generator=g),
+              torch.randn(1, 8, 16, generator=g) * 2 + 0.05 * torch.randn(300, 8, 16, generator=g)):
+        fast, ref = greedy_distinct(z, C, chunk_rows=700), greedy_distinct_reference(z, C)
+        assert torch.equal(fast, ref)
+        assert all(len(set(r.tolist())) == 8 for r in fast)
 
 
 def test_norm_adj_is_symmetric_normalised():

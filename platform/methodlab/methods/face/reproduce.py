@@ -70,19 +70,22 @@ def _load(path: Path) -> list[dict]:
 
 def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, full: bool = False) -> Path:
     """Reported seeds 0-2 of both datasets (`face_runs.json`). Env: METHODLAB_FACE_SEEDS="10,11,12" runs the
-    development seeds instead (`face_dev_runs.json`, the report's "Development seeds" section);
+    development seeds instead (`face_dev_runs.json`, the report's "Development seeds" section;
+    METHODLAB_FACE_MOVIELENS_SEEDS overrides the MovieLens seeds);
     METHODLAB_FACE_DATA="synthetic" limits the datasets. Runs whose key (config + code hash) is already in the
     json are reused, never ones of another config or code version."""
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     seeds = tuple(int(x) for x in os.environ["METHODLAB_FACE_SEEDS"].split(",")) if os.environ.get("METHODLAB_FACE_SEEDS") else SEEDS
     data = os.environ.get("METHODLAB_FACE_DATA", "synthetic,movielens").split(",")
-    dev = all(s >= 10 for s in seeds)
+    ml_seeds = tuple(int(x) for x in os.environ["METHODLAB_FACE_MOVIELENS_SEEDS"].split(",")) \
+        if os.environ.get("METHODLAB_FACE_MOVIELENS_SEEDS") else seeds
+    dev = all(s >= 10 for s in seeds + ml_seeds)
     runs_path = out / ("face_dev_runs.json" if dev else "face_runs.json")
     jobs = []
-    for s in seeds:  # interleaved, so a cut-short run still has both datasets at the first seed
+    for s in sorted(set(seeds) | set(ml_seeds)):  # interleaved, so a cut-short run has both datasets at the first seed
         for name, over in DATASETS.items():
-            if name not in data:
+            if name not in data or s not in (ml_seeds if name == "movielens" else seeds):
                 continue
             cfg = {**CPU, **over, "seed": s}
             if quick:
@@ -117,7 +120,8 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, full: 
         main_rows, wall_main = results, wall
         dev_rows, wall_dev = _load(out / "face_dev_runs.json"), None
     main_rows.sort(key=lambda r: (r["data"], r["seed"])); dev_rows.sort(key=lambda r: (r["data"], r["seed"]))
-    return write_report(main_rows, out, wall_main, dev_rows=dev_rows, cached=len(cached), wall_dev=wall_dev)
+    return write_report(main_rows, out, wall_main, dev_rows=dev_rows, cached=len(cached), wall_dev=wall_dev,
+                        workers=workers if not dev else None)
 
 
 def _f(x) -> str:
@@ -197,7 +201,7 @@ def _figures(rows: list[dict], name: str) -> list[str]:
 
 
 def write_report(results: list[dict], out: Path, wall: float | None, dev_rows: list[dict] | None = None,
-                 cached: int = 0, wall_dev: float | None = None) -> Path:
+                 cached: int = 0, wall_dev: float | None = None, workers: int | None = None) -> Path:
     dev_rows = dev_rows or []
     syn = [r for r in results if r["data"] == "synthetic"]
     ml = [r for r in results if r["data"] == "movielens"]
@@ -207,10 +211,10 @@ def write_report(results: list[dict], out: Path, wall: float | None, dev_rows: l
     when = sorted(r.get("finished", "") for r in results)
     L += ["# FACE — reproduction report", "",
           "Spec: `methods/face.md` (FACE, NeurIPS 2025, arXiv 2510.15729). Written by `methodlab reproduce face` "
-          "(development seeds: `METHODLAB_FACE_SEEDS=10,11,12 METHODLAB_FACE_DATA=synthetic methodlab reproduce face`).",
+          "(development seeds: `METHODLAB_FACE_SEEDS=10,11,12 METHODLAB_FACE_MOVIELENS_SEEDS=10 methodlab reproduce face`).",
           (f"Reproduction wall time {wall / 60:.1f} min" if wall is not None else "Reported-seed runs from `face_runs.json`")
-          + f" on the shared 2-core CPU (2 runs in parallel, separate processes, 1 torch thread each, other jobs on the "
-          f"machine); per-run wall {min(walls, default=0):.0f}-{max(walls, default=0):.0f} s"
+          + f" on the shared 2-core CPU ({workers or 'several'} runs in parallel, separate processes, 1 torch thread each, "
+          f"other engineers' jobs on the same 2 cores, load average ~7-13); per-run wall {min(walls, default=0):.0f}-{max(walls, default=0):.0f} s"
           + (f"; runs finished {when[0]} to {when[-1]}" if when and when[0] else "") + ".",
           f"Seeds run: synthetic {seeds_of(syn)}; MovieLens {seeds_of(ml)}. Code hash {code_hash()}"
           + (f"; {cached} run(s) reused from the json (same config and code hash)" if cached else "") + ".", "",
@@ -234,6 +238,7 @@ def write_report(results: list[dict], out: Path, wall: float | None, dev_rows: l
         L += ["", "setup = MiniLM load, codebook filter, data (k-means concepts / MovieLens split), cached profile "
               "embeddings; pretrain/map/align = training of that stage (align includes the precision/val logging every "
               "10 steps); eval = the stage's full evaluation (ranking, descriptors, reconstruction, text retrieval).", ""]
+    L += _causes(syn, ml, out)
     L += _diagnosis(results, out)
     if dev_rows:
         dsyn = [r for r in dev_rows if r["data"] == "synthetic"]; dml = [r for r in dev_rows if r["data"] == "movielens"]
@@ -258,6 +263,59 @@ def write_report(results: list[dict], out: Path, wall: float | None, dev_rows: l
     path.write_text("\n".join(L))
     _plot(results or dev_rows, out / "face.png")
     return path
+
+
+def _causes(syn: list[dict], ml: list[dict], out: Path) -> list[str]:
+    """Why each failing claim fails, with the figures of the runs and of the probes (face_diagnosis.json)."""
+    p = out / "face_diagnosis.json"
+    d = json.loads(p.read_text()) if p.exists() else {}
+    h, a, m, c = d.get("hub", {}), d.get("align", {}), d.get("movielens", {}), d.get("cf", {})
+    L = []
+    if syn:
+        pa, pm, ch = _mean(syn, "align/precision_item"), _mean(syn, "map/precision_item"), _mean(syn, "chance/precision_item")
+        bar1 = max(0.25, 3 * pm, 10 * ch)
+        if pa < bar1:
+            t = (f"**Claim 1 falls short** by {bar1 - pa:.3f}: FACE-align precision {pa:.4f} = {pa / max(ch, 1e-9):.1f} x chance "
+                 f"({ch:.4f}) and {pa / max(pm, 1e-9):.2f} x map-only ({pm:.4f}), bar {bar1:.2f}. The descriptors use "
+                 f"{_mean(syn, 'align/codebook_usage') * 100:.1f} % of the codebook.")
+            if h:
+                t += (f" Cause (probes below, dev seed 10): the quantiser collapses onto a few hub tokens per slot "
+                      f"({min(h['distinct_tokens_per_slot'])}-{max(h['distinct_tokens_per_slot'])} distinct tokens per slot over 800 items "
+                      "after the map stage), so most entities share most words; this is the spec's rule (squared L2 to the "
+                      "mapped filtered codebook, greedy distinct) and the official code's, not a metric bug, and spreading the "
+                      f"tokens (slot-centred z_e: usage {h['usage_slot_centred'] * 100:.0f} %) leaves precision at chance "
+                      f"({h['precision_slot_centred']:.4f}). The alignment signal itself is usable: the true concept words "
+                      f"through the align stage's input path retrieve their profile at Hit@10 {h['gt_words_hit10_train_path']:.2f} "
+                      f"(learned words {h['learned_words_hit10_train_path']:.2f}), i.e. the loss points the right way but 60 "
+                      "steps at weight 0.1 do not move z_e across the hubs' Voronoi cells.")
+            if a and a.get("curve"):
+                cv = [(s_, p_) for s_, p_, _ in a["curve"] if p_ is not None]
+                t += (f" Longer alignment does not close the gap: {cv[-1][0]} steps reach precision {cv[-1][1]:.4f} "
+                      f"(step 60: {dict(cv).get(60, float('nan')):.4f}).")
+            L += [t, ""]
+    if ml:
+        lg, po = _mean(ml, "pretrain/test/recall@20"), _mean(ml, "popularity/test/recall@20")
+        fa = _mean(ml, "align/test/recall@20")
+        if min(lg, fa) < 2 * po:
+            t = (f"**Claim 4b popularity floor falls short** by {2 * po - min(lg, fa):.4f}: LightGCN itself reaches {lg:.4f} = "
+                 f"{lg / max(po, 1e-9):.2f} x popularity ({po:.4f}); FACE changes R@20 by {fa - lg:+.4f}, so the bar fails on the "
+                 "base CF model, not on FACE.")
+            if c:
+                big = max(c, key=lambda x: int(x[3:]))
+                t += (f" Training LightGCN longer does not reach it (dev seed 10, epoch cap {big[3:]}: {c[big]['epochs_run']} "
+                      f"epochs, Recall@20 {c[big]['recall@20']:.4f} = {c[big]['recall@20'] / c[big]['popularity']:.2f} x popularity): "
+                      "on this temporal split the newest 10 % of each user's positives are dominated by popular movies.")
+            L += [t, ""]
+        ha, hm = _mean(ml, "align/hit@10"), _mean(ml, "map/hit@10")
+        if ha < max(0.30, hm + 0.10):
+            t = (f"**Claim 4 falls short** by {max(0.30, hm + 0.10) - ha:.3f}: Hit@10 {ha:.4f} (map-only {hm:.4f}, random tokens "
+                 f"{_mean(ml, 'random/hit@10'):.4f}, chance 0.10) with {_mean(ml, 'align/codebook_usage') * 100:.1f} % of the "
+                 "codebook used: the same per-slot hub collapse as Claim 1, so the descriptor text is generic.")
+            if m:
+                t += (f" The text path is not the limit: 8 codebook words copied from each movie's own profile reach Hit@10 "
+                      f"{m['oracle_profile_words_hit10']:.3f}.")
+            L += [t, ""]
+    return (["## Why the failing claims fail", ""] + L) if L else []
 
 
 def _diagnosis(results: list[dict], out: Path) -> list[str]:

@@ -152,6 +152,14 @@ def test_gradient_routes_of_the_straight_through_estimator():
     assert torch.count_nonzero(g_rec_cf) > 0, "L_rec must reach the CF tables"
 
 
+def test_vq_codebook_term_reaches_P_and_commitment_reaches_encoder():
+    fm = _toy_face(d=8)
+    o = fm(torch.randn(5, 8))
+    g_p, g_a = torch.autograd.grad(o["l_vq"], [fm.P.weight, fm.A])
+    assert torch.count_nonzero(g_p) > 0, "the codebook term of L_vq must reach P through the gathered rows"
+    assert torch.count_nonzero(g_a) > 0, "the commitment term must reach the heads"
+
+
 def test_stub_without_straight_through_sends_alignment_into_P():
     (g_cf, g_p, g_heads), _ = _grads(False)
     assert g_p is not None and torch.count_nonzero(g_p) > 0

@@ -172,8 +172,9 @@ def lines(d: dict) -> list[str]:
               f"(L2 from the slot mean) across items while the slot means are {h['z_slot_means_spread']:.2f} apart and the "
               f"nearest code is {h['z_to_nearest_code']:.2f} away (codebook NN spacing {h['codebook_nn_spacing']:.2f}); the CF "
               f"item embeddings have mean pairwise cosine {h['cf_item_mean_pairwise_cos']:.2f}. So a slot's z_e of all items "
-              "falls into the Voronoi cells of a handful of codes: the hubs are per-slot, set by the slot bias, not by a wrong "
-              "metric. The rule is the spec's and the official code's (squared L2 to the mapped, filtered codebook, greedy "
+              "falls into the Voronoi cells of a handful of codes, which the map stage's codebook term (0.75, through P) has "
+              "pulled onto the z_e clouds (z_e sits closer to its code than codes sit to each other): VQ codebook collapse "
+              "per slot, not a wrong metric. The rule is the spec's and the official code's (squared L2 to the mapped, filtered codebook, greedy "
               "distinct; unit test against brute force).",
               f"- Counterfactual rules on the same z_e (diagnostic only): cosine nearest token precision "
               f"{h['precision_cosine_rule']:.4f} (usage {h['usage_cosine_rule'] * 100:.1f} %), slot-centred z_e precision "

@@ -305,8 +305,9 @@ def _causes(syn: list[dict], ml: list[dict], out: Path) -> list[str]:
                       f"tokens (slot-centred z_e: usage {h['usage_slot_centred'] * 100:.0f} %) leaves precision at chance "
                       f"({h['precision_slot_centred']:.4f}). The alignment signal itself is usable: the true concept words "
                       f"through the align stage's input path retrieve their profile at Hit@10 {h['gt_words_hit10_train_path']:.2f} "
-                      f"(learned words {h['learned_words_hit10_train_path']:.2f}), i.e. the loss points the right way but 60 "
-                      "steps at weight 0.1 do not move z_e across the hubs' Voronoi cells.")
+                      f"(learned words {h['learned_words_hit10_train_path']:.2f}), i.e. the loss points the right way, but in these "
+                      f"runs {CPU['align_steps']} steps of {CPU['align_rows']} rows at weight 0.1 do not move z_e out of the "
+                      "hubs' Voronoi cells.")
             curves = [{h["align_step"]: h["align/precision_item"] for h in r["history"] if "align/precision_item" in h} for r in syn]
             steps = sorted(set.intersection(*(set(cv) for cv in curves))) if curves and all(curves) else []
             if steps:
@@ -349,7 +350,8 @@ def _diagnosis(results: list[dict], out: Path) -> list[str]:
     if not p.exists():
         return []
     d = json.loads(p.read_text())
-    return ["## Diagnosis (probes on development seed 10; `python -m methodlab.methods.face.diagnose`)", ""] + d.get("lines", []) + [""]
+    return ["## Diagnosis (probes on development seed 10, map stage of the spec's preset (5 epochs); "
+            "`python -m methodlab.methods.face.diagnose`)", ""] + d.get("lines", []) + [""]
 
 
 def _examples(results):

@@ -276,6 +276,7 @@ def write_report(results: list[dict], out: Path, wall: float | None, dev_rows: l
               "embeddings; pretrain/map/align = training of that stage (align includes the precision/val logging every "
               "10 steps); eval = the stage's full evaluation (ranking, descriptors, reconstruction, text retrieval).", ""]
     L += _causes(syn, ml, out)
+    L += _spec_seed(out)
     L += _diagnosis(results, out)
     if dev_rows:
         dsyn = [r for r in dev_rows if r["data"] == "synthetic"]; dml = [r for r in dev_rows if r["data"] == "movielens"]
@@ -353,7 +354,7 @@ def _causes(syn: list[dict], ml: list[dict], out: Path) -> list[str]:
                 big = max(c, key=lambda x: int(x[3:]))
                 t += (f" Training LightGCN longer does not reach it (dev seed 10, epoch cap {big[3:]}: {c[big]['epochs_run']} "
                       f"epochs, Recall@20 {c[big]['recall@20']:.4f} = {c[big]['recall@20'] / c[big]['popularity']:.2f} x popularity): "
-                      "on this temporal split the newest 10 % of each user's positives are dominated by popular movies.")
+                      "the d=64, L=2 LightGCN of the CPU preset does not double the popularity ranking on this temporal split.")
             L += [t, ""]
         ha, hm = _mean(ml, "align/hit@10"), _mean(ml, "map/hit@10")
         if ha < max(0.30, hm + 0.10):
@@ -365,6 +366,26 @@ def _causes(syn: list[dict], ml: list[dict], out: Path) -> list[str]:
                       f"{m['oracle_profile_words_hit10']:.3f}.")
             L += [t, ""]
     return (["## Why the failing claims fail", ""] + L) if L else []
+
+
+def _spec_seed(out: Path) -> list[str]:
+    """The spec's own CPU preset (map 5 epochs, align 60 x 64 rows) on synthetic seed 0, if it was run
+    (`METHODLAB_FACE_PRESET=spec METHODLAB_FACE_SEEDS=0 METHODLAB_FACE_DATA=synthetic methodlab reproduce face
+    --out-dir DIR`, its face_runs.json copied to reports/face_spec_runs.json)."""
+    p = out / "face_spec_runs.json"
+    rows = [r for r in _load(p) if r["data"] == "synthetic"]
+    if not rows:
+        return []
+    L = ["## The spec's own CPU preset on one seed (map 5 epochs, align 60 steps x 64 rows; synthetic)", "",
+         "| seed | precision align | map-only | chance | usage | recon cos | R@20 LightGCN / +FACE | map s | align s | wall s |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        g = r["final"]
+        L.append(f"| {r['seed']} | {_f(g.get('align/precision_item'))} | {_f(g.get('map/precision_item'))} | "
+                 f"{_f(g.get('chance/precision_item'))} | {_f(g.get('align/codebook_usage'))} | {_f(g.get('align/recon_cos'))} | "
+                 f"{_f(g.get('pretrain/test/recall@20'))} / {_f(g.get('align/test/recall@20'))} | {g.get('time/map_s', 0):.0f} | "
+                 f"{g.get('time/align_s', 0):.0f} | {r['wall_s']:.0f} |")
+    return L + [""]
 
 
 def _diagnosis(results: list[dict], out: Path) -> list[str]:

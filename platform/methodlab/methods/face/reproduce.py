@@ -248,7 +248,7 @@ def write_report(results: list[dict], out: Path, wall: float | None, dev_rows: l
           f"nice 5, other engineers' jobs on the same 2 cores, load average ~10-28); per-run wall {min(walls, default=0):.0f}-{max(walls, default=0):.0f} s"
           + (f"; runs finished {when[0]} to {when[-1]}" if when and when[0] else "") + ".",
           f"Seeds run: synthetic {seeds_of(syn)}; MovieLens {seeds_of(ml)}. Code hash {code_hash()}"
-          + (f"; {cached} run(s) reused from the json (same config and code hash)" if cached else "") + ".", "",
+          + (f"; {cached} run(s) reused from the json (same config and code hash)" if cached and wall is not None else "") + ".", "",
           f"Recipe: {'the spec' + chr(39) + 's CPU preset' if PRESET == 'spec' else 'the spec' + chr(39) + 's CPU preset REDUCED for time'}, every arm alike: "
           f"LightGCN d=64, L=2; W=8, w=32, FFN 64; MiniLM codebook V'=8,000 "
           f"(filtered vocabulary); batch 256; pretrain <= 40 epochs (early stop, patience 10); map "

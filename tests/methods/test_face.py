@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from methodlab.core import FieldError
 from methodlab.core.checkpoint import latest_checkpoint
 from methodlab.methods.face import evaluate as ev
-from methodlab.methods.face.model import CF, FACE, greedy_distinct, info_nce, lm_encode, norm_adj
+from methodlab.methods.face.model import CF, FACE, greedy_distinct, greedy_distinct_reference, info_nce, lm_encode, norm_adj
 from tests.smoke import smoke_run
 
 torch.set_num_threads(1)
@@ -39,6 +39,18 @@ def test_greedy_distinct_matches_brute_force():
             taken.append(int(d.argmin()))
         assert idx[n].tolist() == taken
         assert len(set(taken)) == 5
+
+
+def test_greedy_distinct_top_w_form_equals_slot_by_slot_masking():
+    """The fast form (one distance pass, top-W candidates) picks what masking the full matrix per slot picks,
+    also when every entity crowds the same few codes (hub-like inputs: a shared slot bias, small spread)."""
+    g = torch.Generator().manual_seed(3)
+    C = torch.randn(3000, 16, generator=g)
+    for z in (torch.randn(300, 8, 16, generator=g),
+              torch.randn(1, 8, 16, generator=g) * 2 + 0.05 * torch.randn(300, 8, 16, generator=g)):
+        fast, ref = greedy_distinct(z, C, chunk_rows=700), greedy_distinct_reference(z, C)
+        assert torch.equal(fast, ref)
+        assert all(len(set(r.tolist())) == 8 for r in fast)
 
 
 def test_norm_adj_is_symmetric_normalised():
@@ -138,6 +150,14 @@ def test_gradient_routes_of_the_straight_through_estimator():
     assert g_heads is not None and torch.count_nonzero(g_heads) > 0, "L_align must reach the heads/encoder"
     assert torch.count_nonzero(g_cf) > 0, "L_align must reach the CF tables"
     assert torch.count_nonzero(g_rec_cf) > 0, "L_rec must reach the CF tables"
+
+
+def test_vq_codebook_term_reaches_P_and_commitment_reaches_encoder():
+    fm = _toy_face(d=8)
+    o = fm(torch.randn(5, 8))
+    g_p, g_a = torch.autograd.grad(o["l_vq"], [fm.P.weight, fm.A])
+    assert torch.count_nonzero(g_p) > 0, "the codebook term of L_vq must reach P through the gathered rows"
+    assert torch.count_nonzero(g_a) > 0, "the commitment term must reach the heads"
 
 
 def test_stub_without_straight_through_sends_alignment_into_P():

@@ -156,6 +156,18 @@ def build_vocab() -> list[str]:
     return list(SPECIALS) + sorted(set(words(text.replace("{n}", " "))))
 
 
+
+def content_ids(ids, eos: int, skip: tuple[int, ...]) -> list[int]:
+    """The token ids a decoder shows: up to the first eos, without the special ids in skip (both tokenisers)."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == eos:
+            break
+        if i not in skip:
+            out.append(i)
+    return out
+
 class Tokenizer:
     """Closed word-level vocabulary; unknown words map to <unk>."""
 
@@ -171,15 +183,8 @@ class Tokenizer:
         return [self.index.get(w, self.unk) for w in words(text)]
 
     def decode(self, ids) -> str:
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.eos:
-                break
-            if i in (self.pad, self.bos, self.sep):
-                continue
-            out.append(self.vocab[i] if 0 <= i < len(self.vocab) else UNK)
-        return " ".join(out)
+        content = content_ids(ids, self.eos, (self.pad, self.bos, self.sep))
+        return " ".join(self.vocab[i] if 0 <= i < len(self.vocab) else UNK for i in content)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         return [self.bos] + self.encode(prompt) + [self.sep]

@@ -58,15 +58,9 @@ class HFTokenizer:
         return list(self.hf.encode(text, add_special_tokens=False))
 
     def decode(self, ids) -> str:
-        from methodlab.data.rule_unlearning_corpus import words
+        from methodlab.data.rule_unlearning_corpus import content_ids, words
 
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.eos:
-                break
-            if i not in (self.pad, self.bos):
-                out.append(i)
+        out = content_ids(ids, self.eos, (self.pad, self.bos))
         return " ".join(words(self.hf.decode(out, skip_special_tokens=True)))
 
     def prompt_ids(self, prompt: str) -> list[int]:

@@ -59,7 +59,7 @@ def test_search_space_paths_checked(tmp_path, repo):
     with pytest.raises(ConfigError, match="unknown config field 'optim'"):
         load_search_space(write(tmp_path, "s.yaml", bad))
     bad_choice = {"base_job": str(base), "params": {"reg": {"choice": ["none", "zap"]}}}
-    with pytest.raises(ConfigError, match="params.reg"):
+    with pytest.raises(ConfigError, match=r"params\.reg\.choice\[1\]"):  # names the failing entry
         load_search_space(write(tmp_path, "s.yaml", bad_choice))
     bad_dist = {"base_job": str(base), "params": {"lr": {"loguniform": [0, 1]}}}
     with pytest.raises(ConfigError, match="bounds must be > 0"):

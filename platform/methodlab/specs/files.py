@@ -124,9 +124,9 @@ def load_search_space(path: str | Path, overrides: list[str] | None = None, *, r
                       where=f"{where} (search_alg.points_to_evaluate[{i}])")
     for dotted, param in space.params.items():  # each finite choice must validate too
         values = param.choice or param.grid or []
-        for v in values:
+        for j, v in enumerate(values):  # the error names the list entry that fails, e.g. params.reg.choice[1]
             method_config(base.job.method, base.job.config, space.config, apply_overrides({}, {dotted: v}),
-                          where=f"{where} (params.{dotted})")
+                          where=f"{where} (params.{dotted}.{param.kind}[{j}])")
     metric = space.metric or cls.primary_metric
     mode = space.mode or cls.mode
     return LoadedSpace(Path(path), space, base, metric, mode)

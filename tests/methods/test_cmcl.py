@@ -36,7 +36,8 @@ def test_dns_projection_kills_old_scores_and_is_not_the_two_sided_product():
     G = torch.randn(D, D, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     H = dns_project(G, P, Pt)
     assert torch.allclose(H, G - Pt @ G @ P)
-    x_old, y_old = U @ torch.randn(8, 5, dtype=torch.float64), V @ torch.randn(8, 5, dtype=torch.float64)
+    g = torch.Generator().manual_seed(5)
+    x_old, y_old = U @ torch.randn(8, 5, dtype=torch.float64, generator=g), V @ torch.randn(8, 5, dtype=torch.float64, generator=g)
     assert (y_old.T @ H @ x_old).abs().max() < 1e-12 * (y_old.T @ G @ x_old).abs().max()
     naive = (torch.eye(D, dtype=torch.float64) - Pt) @ G @ (torch.eye(D, dtype=torch.float64) - P)
     assert (H - naive).abs().max() > 1e-1  # the naive null-space product removes far more
@@ -81,8 +82,9 @@ def test_projector_thresholds_and_float_noise():
     assert r == 6  # strictly greater than lambda
     Pz, r0 = projector(torch.zeros(D, D, dtype=torch.float64), 0.0)
     assert r0 == 0 and Pz.abs().max() == 0
-    # float32 round-off: a rank-8 moment matrix must not become full rank at lambda' = 0
-    X = (torch.randn(500, 8) @ U.T.float()).float()
+    # float32 round-off: a rank-8 moment matrix must not become rank 9+ at lambda' = 0 (the numerical-rank
+    # tolerance of the matrix's own dtype, max|S| * D * eps(float32), discards the round-off directions)
+    X = (torch.randn(500, 8, generator=torch.Generator().manual_seed(4)) @ U.T.float()).float()
     _, rf = projector(X.T @ X / 500, 0.0)
     assert rf == 8
 
@@ -91,7 +93,7 @@ def test_running_statistics_match_closed_form_with_global_counter():
     mods = ["vision", "text", "audio"]
     heads = Heads(mods, D, torch.float64)
     with torch.no_grad():
-        heads.W["vision"].add_(0.1 * torch.randn(D, D, dtype=torch.float64))
+        heads.W["vision"].add_(0.1 * torch.randn(D, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
     g = torch.Generator().manual_seed(0)
     X1a, X1b = torch.randn(30, D, generator=g, dtype=torch.float64), torch.randn(30, D, generator=g, dtype=torch.float64)
     X2a, X2b = torch.randn(20, D, generator=g, dtype=torch.float64), torch.randn(20, D, generator=g, dtype=torch.float64)

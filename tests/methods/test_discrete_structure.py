@@ -162,8 +162,10 @@ def test_table_loader(tmp_path):
     assert x[:, 1].tolist() == [1, 1, 0]  # 'b' is the first state in sorted order
 
 
+# In-process fits narrow torch to one thread (the old config default): tiny float64 steps, where extra threads
+# on a shared CPU only add synchronisation.
 FAST = dict(data="xor_triple", n=5000, n_heldout=5000, mu_schedule=[1.0, 0.1, 0.01], inner_steps=600,
-            last_stage_steps=600, lr=3e-2, check_every=100, log_every=300, checkpoint_every=600)
+            last_stage_steps=600, lr=3e-2, check_every=100, log_every=300, checkpoint_every=600, torch_threads=1)
 
 
 def test_xor_triple_general_vs_logistic():
@@ -235,7 +237,8 @@ def test_pc_and_ges_baselines_same_path():
     from methodlab.methods.discrete_structure.train import fit
 
     for m in ("pc", "ges"):
-        out = fit(Config(model=m, data="bif", network="cancer", n=2000, n_heldout=500), RunContext(quiet=True))
+        out = fit(Config(model=m, data="bif", network="cancer", n=2000, n_heldout=500, torch_threads=1),
+                  RunContext(quiet=True))
         assert np.isfinite(out["eval/shd_cpdag"]) and np.isfinite(out["eval/heldout_nll"])
 
 
@@ -243,7 +246,8 @@ def test_options_two_stage_notears_restarts_run():
     """The spec's options share the fit path: BiNOTEARS two-stage, NOTEARS augmented Lagrangian, multi-start."""
     from methodlab.methods.discrete_structure.train import fit
 
-    base = {**Config.smoke, "log_every": 100_000, "checkpoint_every": 100_000, "report_objective": False}
+    base = {**Config.smoke, "log_every": 100_000, "checkpoint_every": 100_000, "report_objective": False,
+            "torch_threads": 1}
     for extra in ({"two_stage": "on"}, {"acyclicity": "notears", "inner_steps": 300, "max_outer": 5}, {"restarts": 2}):
         out = fit(Config(**{**base, **extra}), RunContext(quiet=True))
         assert np.isfinite(out["eval/shd_cpdag"]) and np.isfinite(out["eval/heldout_nll"]), extra

@@ -358,6 +358,32 @@ def test_resume_continues_at_the_saved_epoch():
     assert resumed["train/loss"] == pytest.approx(full["train/loss"], rel=1e-4)
 
 
+def test_early_stopping_read_every_log_every_epochs_equals_stopping_at_once():
+    """The patience counter is read on the host only every log_every epochs; epochs run past the stopping point
+    are undone (random state, optimiser state), so the run equals one that checks every epoch."""
+    from methodlab.methods.graphrta.train import fit
+
+    base = {**TINY, "pretrain_epochs": 60, "patience": 2, "dropout": 0.3, "adapt_epochs": 4}
+    every = fit(Config(**{**base, "log_every": 1}), RunContext(quiet=True))
+    lazy_ctx = RunContext(quiet=True)
+    lazy = fit(Config(**{**base, "log_every": 25}), lazy_ctx)
+    pre = lazy_ctx.history[0]["epoch"]  # the first report: pre-training done (nothing reported before epoch 25)
+    assert 2 < pre < 25, "patience ran out between two reads: the rollback path ran"
+    assert lazy["epoch"] == every["epoch"] == pre + 4
+    for key in ("eval/h_score", "eval/acc", "train/loss", "train/loss_graph", "rp/p_sum", "rp/dx_norm"):
+        assert lazy[key] == every[key], key
+
+
+def test_budget_projection_and_beta_mixture_stay_on_their_device():
+    """No host round trip: the projection and the Beta mixture keep float64 state on the input's device (meta
+    here, where any .item() / float() would raise)."""
+    p = torch.randn(50, generator=torch.Generator().manual_seed(0)).to("meta")
+    assert maths.project_budget(p, 3.0).device.type == "meta"
+    u = torch.rand(40, generator=torch.Generator().manual_seed(1)).to("meta")
+    bmm = maths.BetaMixture("meta").fit(u, 3)
+    assert bmm.alpha.device.type == "meta" and bmm.posterior(u).device.type == "meta"
+
+
 def test_baselines_run_and_threshold_uses_val_split():
     from methodlab.methods.graphrta.train import fit
 

@@ -245,6 +245,21 @@ def test_finetune_batches_hold_long_pairs_only():
     assert (data.dist[pre] < cfg.delta_long).any()
 
 
+def test_negatives_are_config_not_the_device_and_pre_issue_40_configs_load():
+    """by_size (the default) is the old CPU rule of `auto`: full softmax up to full_softmax_max_nodes, whatever the
+    device; configs written before issue 40 (`device`, `negatives: auto`) still load."""
+    from methodlab.methods.hier_retrieval.train import use_full_softmax
+
+    cfg = Config()
+    assert cfg.negatives == "by_size" and "device" not in Config.model_fields
+    assert use_full_softmax(cfg, 1093) and use_full_softmax(cfg, 10_000) and not use_full_softmax(cfg, 82_115)
+    assert use_full_softmax(Config(negatives="full"), 82_115) and not use_full_softmax(Config(negatives="sampled"), 10)
+    old = Config.model_validate({"device": "cpu", "negatives": "auto", "dim": 8})  # an old checkpoint's config
+    assert old.negatives == "by_size" and old.dim == 8 and "device" not in old.model_dump()
+    with pytest.warns(UserWarning, match="scaling.use_gpu"):
+        assert Config.model_validate({"device": "cuda"}).negatives == "by_size"
+
+
 def test_smoke_run_learns_and_scores_every_distance(smoke_root):
     run = smoke_run(SLUG, smoke_root)
     lines = [json.loads(x) for x in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]

@@ -233,7 +233,7 @@ def test_projected_nonneg_weights_stay_alive_in_training():
     from methodlab.methods.mtpp_threshold.train import fit
 
     base = {**Config.smoke, "n_train": 64, "n_val": 16, "n_test": 16, "max_epochs": 2, "lr": 0.05,
-            "time_eval": False, "checkpoint_every": 100}
+            "time_eval": False, "checkpoint_every": 100, "torch_threads": 1}  # in-process fit: narrow to one thread
     share = {}
     for how in ("project", "clamp"):
         out = fit(Config.model_validate({**base, "nonneg_weights": how}), RunContext(seed=0, quiet=True))

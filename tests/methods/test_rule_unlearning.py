@@ -99,6 +99,7 @@ def test_group_advantages_zero_mean_and_brute_force():
 
 
 def test_k3_and_clipped_surrogate():
+    torch.manual_seed(0)  # float32 exp(d) - d - 1 can round below 0 for |d| < ~3e-4 (1 draw in ~20,000)
     lp = torch.randn(4, 5)
     assert grpo.k3(lp, lp).abs().max() == 0
     ref = lp + torch.randn(4, 5)

@@ -346,3 +346,51 @@ def test_denoise_upsample_eval_and_image_settings(run, tmp_path):
     ctx = RunContext(quiet=True)
     img = fit_image(Config(image_crop=32, image_iters=5, image_channels=8, image_decay_every=3), ctx)
     assert math.isfinite(img["image/psnr"]) and img["step"] == 5
+
+
+# ------------------------------------------------------------------ devices, ranks, precision (issue 40)
+def test_side_files_are_written_by_rank_zero_only(run, tmp_path):
+    from methodlab.methods.ucan.jobs import fit_denoise, fit_image
+
+    src = M.save_points(tmp_path / "in.xyz", np.random.default_rng(9).normal(size=(64, 3)))
+    ck = str(Path(run["run_dir"]) / "checkpoints")
+    for rank in (1, 0):  # no collective in these settings: a fake rank 1 needs no process group
+        ctx = RunContext(quiet=True, rank=rank, world_size=2)
+        fit_denoise(Config(checkpoint_path=ck, input_path=str(src), output_path=str(tmp_path / f"d{rank}.npy"),
+                           eval_patch_size=128), ctx)
+        fit_image(Config(image_crop=32, image_iters=2, image_channels=8, output_path=str(tmp_path / f"i{rank}.png")),
+                  ctx)
+    assert (tmp_path / "d0.npy").exists() and (tmp_path / "i0.png").exists()
+    assert not (tmp_path / "d1.npy").exists() and not (tmp_path / "i1.png").exists()
+
+
+def test_data_parallel_goes_through_the_context_collectives(monkeypatch):
+    """Rank-0 broadcast of the initial weights and the gradient mean: ctx.broadcast / ctx.all_reduce on float32
+    tensors of ctx.device (the process group is faked: one rank's values)."""
+    import torch.distributed as dist
+
+    from methodlab.methods.ucan.train import fit
+
+    calls = []
+    monkeypatch.setattr(dist, "all_reduce", lambda t, op=None: calls.append(("all_reduce", t.dtype, t.device)))
+    monkeypatch.setattr(dist, "broadcast", lambda t, src=0: calls.append(("broadcast", t.dtype, t.device)))
+    base = dict(families=["sphere"], n_train_per_family=1, n_points=128, observations=2, max_steps=2, k=8,
+                enc_widths=[16, 16], head_widths=[16], patch_points=64, patch_pairs=1, eval_every=100,
+                eval_at_start=False, eval_sets=["val"], checkpoint_every=100)
+    fit(Config(**base), RunContext(quiet=True, world_size=2, device=torch.device("cpu")))
+    assert {c[0] for c in calls} == {"all_reduce", "broadcast"}
+    assert all(c[1] == torch.float32 and c[2] == torch.device("cpu") for c in calls)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_training_and_image_fit_take_mixed_precision(precision):
+    from methodlab.methods.ucan.jobs import fit_image
+    from methodlab.methods.ucan.train import fit
+
+    base = dict(families=["sphere"], n_train_per_family=1, n_points=128, observations=2, max_steps=2, k=8,
+                enc_widths=[16, 16], head_widths=[16], patch_points=64, patch_pairs=1, eval_every=2,
+                eval_at_start=False, eval_sets=["val"], checkpoint_every=100)
+    out = fit(Config(**base), RunContext(quiet=True, precision=precision))
+    assert math.isfinite(out["train/loss"]) and math.isfinite(out["val/p2s"])
+    img = fit_image(Config(image_crop=32, image_iters=3, image_channels=8), RunContext(quiet=True, precision=precision))
+    assert math.isfinite(img["image/final_loss"])

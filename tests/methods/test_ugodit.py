@@ -89,7 +89,7 @@ def test_frozen_encoder_is_bit_identical_and_decoder_fresh(sr, freeze):
 def test_batchstat_norm_frozen_uses_batch_statistics_without_buffers():
     bn = BatchStatNorm(3)
     bn.update_buffers = False
-    x = torch.randn(2, 3, 5, 5) * 4 + 7
+    x = torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(0)) * 4 + 7
     y = bn(x)
     assert torch.allclose(y.mean((0, 2, 3)), torch.zeros(3), atol=1e-5)
     assert torch.equal(bn.running_mean, torch.zeros(3)) and int(bn.num_batches_tracked) == 0
@@ -294,3 +294,31 @@ def test_issue29_diagnostic_arms_on_sr():
     for name, p in warm.named_parameters():
         assert torch.allclose(p.detach(), d1[name], rtol=0, atol=1e-9)
     assert any(not torch.allclose(p.detach(), d1[n], rtol=0, atol=1e-3) for n, p in fresh.named_parameters())
+
+
+# ------------------------------------------------------------------------------------------ precision (issue 40)
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("tiny", [TINY_MRI, TINY_SR], ids=["mri", "sr"])
+def test_training_and_test_fit_take_mixed_precision(precision, tiny):
+    """Only the networks run under autocast: their output is cast to float32 before the operators (complex FFTs
+    have no bf16 kernels) and the losses, so MRI trains under bf16 / fp16 too."""
+    cfg = Config(**tiny)
+    probs = build_problems(cfg)
+    st = TrainState(cfg, probs["train"], 0, RunContext(precision=precision))
+    for _ in range(3):
+        st.train_step()
+    assert len(st.losses) == 3 and all(math.isfinite(v) for v in st.losses) and st.z.dtype == torch.float32
+    r = fit_measurement(cfg, probs["test"], "aseqdip", None, 0, iterations=3, ctx=RunContext(precision=precision))
+    assert math.isfinite(r["final_loss"]) and np.isfinite(r["x_ema"]).all()
+
+
+def test_an_explicit_cpu_context_changes_nothing():
+    """TrainState with the run's (fp32, CPU) context takes the same steps as the plain call of reproduce.py."""
+    cfg = Config(**{**TINY_MRI, "train_iterations": 4})
+    probs = build_problems(cfg)
+    a = TrainState(cfg, probs["train"], 0)
+    b = TrainState(cfg, probs["train"], 0, RunContext(device=torch.device("cpu")))
+    for _ in range(4):
+        a.train_step()
+        b.train_step()
+    assert a.losses == b.losses and torch.equal(a.z, b.z)

@@ -327,3 +327,40 @@ def test_specialised_schema_requests_are_answered(predictor):
         item = TypeAdapter(model).validate_python(body)
         out = predictor([item])[0]
         assert all(math.isfinite(v) for p in out.keypoints for v in p)
+
+
+# ------------------------------------------------------------------------------------------- devices (issue 40)
+def test_data_parallel_goes_through_the_context_collectives(monkeypatch):
+    """Rank-0 broadcast, then the mean of gradients and BatchNorm running statistics after every step: ctx.broadcast
+    / ctx.all_reduce on float32 tensors of ctx.device (the process group is faked: one rank's values)."""
+    import torch.distributed as dist
+
+    from methodlab.methods.weakshot_keypoint.train import fit
+
+    calls = []
+    monkeypatch.setattr(dist, "all_reduce", lambda t, op=None: calls.append(("all_reduce", t.dtype, t.device)))
+    monkeypatch.setattr(dist, "broadcast", lambda t, src=0: calls.append(("broadcast", t.dtype, t.device)))
+    cfg = Config(**{**Config.smoke, "stage1_steps": 2, "stage2_steps": 2, "log_every": 2, "checkpoint_every": 2})
+    fit(cfg, RunContext(quiet=True, world_size=2, device=torch.device("cpu")))
+    assert {c[0] for c in calls} == {"all_reduce", "broadcast"}
+    assert all(c[1] == torch.float32 and c[2] == torch.device("cpu") for c in calls)
+
+
+def test_data_pool_moves_once_and_bookkeeping_stays_on_the_host(smoke_data):
+    data = smoke_data.to(torch.device("cpu"))
+    idx = data.index("base")[:3]
+    assert idx.device.type == "cpu" and data.split.device.type == "cpu"
+    assert torch.equal(data.take(idx), smoke_data.images[idx])
+    kps, vis, _ = data.labels(idx.tolist())
+    assert torch.equal(kps, smoke_data.labels(idx)[0]) and vis.dtype == torch.bool
+    with data.training(1), pytest.raises(NovelLabelLeak):  # the guard survives the move
+        data.labels(data.index("novel_test")[:1])
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_both_stages_take_mixed_precision(precision):
+    from methodlab.methods.weakshot_keypoint.train import fit
+
+    cfg = Config(**{**Config.smoke, "stage1_steps": 2, "stage2_steps": 2, "log_every": 2, "checkpoint_every": 2})
+    out = fit(cfg, RunContext(quiet=True, precision=precision))
+    assert math.isfinite(out["train/loss"]) and 0.0 <= out["eval/pck@0.2"] <= 1.0

@@ -15,15 +15,28 @@ app = typer.Typer(help="KubeRay RayCluster / RayJob / RayService manifests.", no
 @app.command("render")
 @friendly
 def render(
+    files: Optional[List[str]] = typer.Argument(None, help="Job or serve files to render (default: every file in "
+                                                "jobs/ and serve/, plus raycluster.yaml)."),
     repo: str = typer.Option(".", help="Repository root holding jobs/ and serve/."),
     out: str = typer.Option("k8s", help="Output folder."),
+    image: Optional[str] = typer.Option(None, "--image", metavar="REGISTRY/NAME:TAG",
+                                        help="The image the pods run: the one you built from k8s/Dockerfile and "
+                                        "pushed (default: methodlab/methodlab:<version>-ray<rayVersion>, as in k8s/)."),
 ) -> None:
     """Render raycluster.yaml, rayjob-<method>-<preset>.yaml and rayservice-<app>.yaml.
 
-    Example: methodlab k8s render && methodlab k8s validate k8s/*.yaml
+    Example: methodlab k8s render jobs/grokking_flatness/cpu.yaml --image registry.example.com/methodlab/methodlab:0.1.0-ray2.60.0 --out deploy
     """
-    files = __import__("methodlab.cluster.k8s", fromlist=["render_all"]).render_all(Path(repo), Path(out))
-    for name in files:
+    from methodlab.cluster.k8s import IMAGE, check_image, render_all
+    from methodlab.core.errors import ConfigError
+
+    image = check_image(IMAGE if image is None else image)
+    if not (Path(repo) / "jobs").is_dir() and not (Path(repo) / "serve").is_dir():
+        raise ConfigError(f"{repo} has no jobs/ or serve/ folder: give the repository root", field="--repo")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ConfigError(f"{out} is a file, not a folder: give a folder for the manifests", field="--out")
+    written = render_all(Path(repo), Path(out), image=image, files=[Path(f) for f in files] if files else None)
+    for name in written:
         console.print(f"wrote {Path(out) / name}")
 
 
@@ -38,12 +51,18 @@ def validate(
     Example: methodlab k8s validate --crds ~/kuberay/helm-chart/kuberay-operator/crds
     """
     from methodlab.cluster.k8s import validate_manifest_file
-    from methodlab.core.errors import MethodlabError
+    from methodlab.core.errors import ConfigError, MethodlabError
+    from methodlab.specs.files import read_yaml_docs
 
+    if crds and not Path(crds).is_dir():
+        raise ConfigError(f"{crds} is not a folder: give the folder holding your KubeRay CRD YAMLs", field="--crds")
     paths = [Path(f) for f in files] if files else sorted(Path("k8s").glob("*.yaml"))
+    if not paths:
+        raise ConfigError("no manifests: k8s/ has no *.yaml here; run `methodlab k8s render` or name the files")
     bad = 0
     for p in paths:
         try:
+            read_yaml_docs(p)  # missing, unreadable or not YAML: one line
             validate_manifest_file(p, Path(crds) if crds else None)
             console.print(f"[green]ok[/] {p}")
         except MethodlabError as err:

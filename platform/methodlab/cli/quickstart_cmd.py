@@ -43,14 +43,15 @@ def quickstart(
     its results table and curves, the best checkpoint on Ray Serve, and one real HTTP request."""
     from methodlab.cli.results_cmd import plot_curves, show_table
     from methodlab.cli.serve_cmd import deploy, stop_serve
-    from methodlab.runners.paths import resolve_storage
+    from methodlab.cli.common import checked_storage
+    from methodlab.runners.paths import is_uri
     from methodlab.runners.ray_session import shutdown_ray
     from methodlab.runners.tune import run_tune
     from methodlab.specs.files import load_search_space
 
     t0 = time.time()
     root = repo_root()
-    store = resolve_storage(str(root / storage) if not Path(storage).is_absolute() else storage)
+    store = checked_storage(None, str(root / storage) if not Path(storage).is_absolute() and not is_uri(storage) else storage)
     loaded = load_search_space(root / SPACE, [f"num_samples={num_samples}", "config.log_every=100"])
     sweep_dir = Path(store) / "quickstart"
     if sweep_dir.exists():

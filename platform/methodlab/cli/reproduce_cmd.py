@@ -11,7 +11,7 @@ from methodlab.cli.common import console, friendly
 def reproduce(
     slug: str = typer.Argument(..., help="Method slug."),
     out_dir: str = typer.Option("reports", help="Where <slug>.md and its plot go."),
-    workers: int = typer.Option(2, help="Runs in parallel (processes)."),
+    workers: int = typer.Option(2, min=1, help="Runs in parallel (processes)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer seeds/steps: a fast look, not the acceptance run."),
     full: bool = typer.Option(False, "--full", help="Also the long claims a method runs only on request "
                               "(ctsketch: Claim D, sum-1024 on MNIST, ~75 min more)."),
@@ -32,6 +32,9 @@ def reproduce(
     spec = get_spec(slug)
     if not spec.reproduce:
         raise ConfigError(f"{slug} has no reproduction experiment yet")
+    from methodlab.cli.common import writable_folder
+
+    writable_folder(out_dir, field="--out-dir")  # before hours of runs, not at the report's write
     from methodlab.core.method import import_object
 
     import inspect

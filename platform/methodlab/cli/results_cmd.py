@@ -84,9 +84,30 @@ def results(
     _results(run_dirs, compare, metric, no_report)
 
 
+def readable_run_dir(run_dir: str) -> None:
+    """A run or sweep folder whose summary (and history) can be read: else one ConfigError naming the file."""
+    from methodlab.core.errors import ConfigError, MethodlabError
+    from methodlab.runners.results import HISTORY, SUMMARY, read_history, read_summary
+
+    if Path(run_dir).exists() and not Path(run_dir).is_dir():
+        raise ConfigError("is a file, not a run or sweep folder: give the folder `methodlab run` or `methodlab tune` "
+                          "printed", where=run_dir)
+    for name, read in ((SUMMARY, read_summary), (HISTORY, read_history)):
+        try:
+            read(run_dir)  # a missing summary is its own one-line MethodlabError
+        except MethodlabError:
+            raise
+        except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+            raise ConfigError(f"cannot be read ({type(err).__name__}: {' '.join(str(err).split())[:160]}); the run "
+                              "that wrote it may have been cut off: re-run it", where=str(Path(run_dir) / name)) from None
+
+
 @friendly
 def _results(run_dirs, compare, metric, no_report=False) -> None:
     from methodlab.runners.report_html import build_compare, build_report
+
+    for d in run_dirs:
+        readable_run_dir(d)
 
     if compare:
         out, groups = build_compare(run_dirs, Path(run_dirs[0]) / "compare.html", (metric or [None])[0])

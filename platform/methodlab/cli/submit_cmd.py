@@ -15,7 +15,8 @@ def submit(
     overrides: Optional[List[str]] = typer.Argument(None, help="key=value passed to `methodlab run`"),
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS", help="Dashboard address (default http://127.0.0.1:8265)."),
     working_dir: str = typer.Option(".", "--working-dir", help="Uploaded as the job's working dir (.git, .venv, results excluded)."),
-    submission_id: Optional[str] = typer.Option(None, "--submission-id"),
+    submission_id: Optional[str] = typer.Option(None, "--submission-id",
+                                                help="Ray Job id to submit under (default: one Ray makes up); unique per cluster."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return after submission."),
     storage: Optional[str] = typer.Option(None, help="Where the job writes results (default: ./results here for a local head)."),
     smoke: bool = typer.Option(False, "--smoke", help="Forwarded to `methodlab run`."),
@@ -30,10 +31,13 @@ def submit(
     from urllib.parse import urlparse
 
     from methodlab.cluster.jobs import client, submit as do_submit
+    from methodlab.cli.common import check_storage_scheme
     from methodlab.runners.paths import resolve_storage
     from methodlab.specs.files import load_job
 
-    loaded = load_job(job_file, overrides=overrides or [])  # validated before anything is sent
+    loaded = load_job(job_file, overrides=overrides or [], smoke=smoke)  # validated before anything is sent
+    if storage:  # a path on the cluster: only its URI scheme can be checked from here
+        check_storage_scheme(storage, field="--storage")
     _, addr = client(address)
     host = urlparse(addr).hostname
     if storage is None and host in ("127.0.0.1", "localhost"):

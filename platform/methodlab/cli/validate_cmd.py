@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import List
 
 import typer
@@ -9,8 +10,12 @@ import typer
 from methodlab.cli.common import console, err_console
 
 
-def validate(files: List[str] = typer.Argument(..., help="YAML files; the folder decides the kind.")) -> None:
-    """Validate files fully (method config included). Exit 2 if any is invalid.
+def validate(
+    files: List[str] = typer.Argument(..., help="YAML files; the folder decides the kind."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list each valid file (default: one summary line)."),
+) -> None:
+    """Validate files fully (method config included). Invalid files print one line each; a summary ends the output.
+    Exit 2 if any is invalid.
 
     Example: methodlab validate jobs/*/*.yaml search_spaces/*/*.yaml serve/*.yaml k8s/*.yaml
     """
@@ -18,12 +23,19 @@ def validate(files: List[str] = typer.Argument(..., help="YAML files; the folder
     from methodlab.specs.files import load_any
 
     bad = 0
+    kinds: Counter = Counter()
     for f in files:
         try:
             kind = load_any(f)
-            console.print(f"[green]ok[/] {f} ({kind})")
+            kinds[kind] += 1
+            if verbose:
+                console.print(f"[green]ok[/] {f} ({kind})")
         except MethodlabError as err:
             bad += 1
             err_console.print(f"[bold red]invalid[/] {err}", highlight=False, soft_wrap=True)
     if bad:
+        if len(files) > 1:  # one file: its error line says it all
+            console.print(f"{bad} of {len(files)} files invalid", highlight=False)
         raise typer.Exit(2)
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    console.print(f"[green]ok[/]: {len(files)} file{'s' if len(files) != 1 else ''} valid ({counts})", highlight=False)

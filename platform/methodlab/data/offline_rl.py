@@ -171,9 +171,15 @@ def load_d4rl_hdf5(path: str | Path, low, high, *, expected_sha256: str | None =
         actual = sha256_file(path)
         if actual != expected_sha256:
             raise ConfigError(f"{path}: sha256 {actual} differs from the expected {expected_sha256}", field="dataset")
-    with h5py.File(path, "r") as f:
-        d = {k: f[k][()] for k in D4RL_KEYS if k in f}
-        attrs = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in f.attrs.items()}
+    try:
+        with h5py.File(path, "r") as f:
+            d = {k: f[k][()] for k in D4RL_KEYS if k in f}
+            attrs = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in f.attrs.items()}
+    except (OSError, KeyError, ValueError, TypeError) as err:  # h5py: not HDF5, truncated, damaged chunk, odd types
+        reason = " ".join(str(err).split())[:160]
+        raise ConfigError(f"cannot be read as an HDF5 dataset ({type(err).__name__}: {reason}); the file is damaged "
+                          "or not HDF5: re-create it (setting make_dataset) or point dataset at another file",
+                          where=str(path), field="dataset") from None
     attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
     return from_d4rl_arrays(d, low, high, where=str(path), attrs=attrs)
 

@@ -22,6 +22,21 @@ def default_run_name(slug: str, job_path: Path | None, setting: str, smoke: bool
     return f"{slug}-{stem}" + ("-smoke" if smoke else "")
 
 
+SMOKE_SUFFIX = "-smoke"
+
+
+def run_name(cli_name: str | None, job_name: str | None, slug: str, job_path: Path | None, setting: str,
+             smoke: bool) -> str:
+    """The run folder's name: --name as given; else the job's run.name; else <method>-<preset>. A --smoke run
+    of a job file gets `-smoke` after its name, so a smoke run never writes into (or resumes, or blocks) the
+    full run's folder; only an explicit --name is taken as is."""
+    if cli_name:
+        return cli_name
+    if job_name:
+        return job_name if not smoke or job_name.endswith(SMOKE_SUFFIX) else job_name + SMOKE_SUFFIX
+    return default_run_name(slug, job_path, setting, smoke)
+
+
 # File systems whose mounts every node of a cluster can see (a path on one of these passes the storage rule).
 SHARED_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "cephfs", "glusterfs", "fuse.glusterfs", "lustre",
              "gpfs", "beegfs", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse", "fuse.mountpoint-s3", "fuse.cephfs",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 
@@ -41,6 +42,71 @@ def _import_torch_first() -> None:
         pass
 
 
+def cluster_address() -> str | None:
+    """host:port of the GCS this process is connected to (None when unknown, e.g. over Ray Client)."""
+    import ray
+
+    try:
+        addr = ray.get_runtime_context().gcs_address
+    except Exception:
+        return None
+    return addr if isinstance(addr, str) and ":" in addr and "://" not in addr else None
+
+
+@contextlib.contextmanager
+def controller_knows_its_cluster():
+    """While a TorchTrainer starts: the Train controller, and the detached PlacementGroupCleaner it launches, get
+    RAY_ADDRESS = this process's cluster. The cleaner queries the State API with no address; without RAY_ADDRESS
+    Ray looks for "the" Ray of the machine and, with a user's own Ray running beside methodlab's embedded one,
+    fails every few seconds with a 24-line "Found multiple active Ray instances" traceback (or, after a
+    `ray start`, asks the user's cluster about our controller). Train V2 passes the variables named in
+    ENV_VARS_TO_PROPAGATE from the driver's environment to the controller (and on to its workers)."""
+    addr = cluster_address()
+    try:
+        from ray.train.v2._internal import constants as train_constants
+
+        names = train_constants.ENV_VARS_TO_PROPAGATE
+    except (ImportError, AttributeError):
+        names = None
+    if addr is None or not isinstance(names, set):
+        yield
+        return
+    added = "RAY_ADDRESS" not in names
+    before = os.environ.get("RAY_ADDRESS")
+    names.add("RAY_ADDRESS")
+    os.environ["RAY_ADDRESS"] = addr
+    try:
+        yield
+    finally:
+        if added:
+            names.discard("RAY_ADDRESS")
+        if before is None:
+            os.environ.pop("RAY_ADDRESS", None)
+        else:
+            os.environ["RAY_ADDRESS"] = before
+
+
+def exit_now(code: int) -> None:
+    """End the CLI process after an interrupted Ray run: stop (or leave) Ray as ray.shutdown does, flush, and
+    exit without the interpreter's teardown. After ray.shutdown() a Train driver spent a further 6-8 s in
+    native finalization ("no Python frame") on a loaded 2-core machine, which broke the promise that Ctrl-C
+    ends a run within 10 s."""
+    import logging
+    import sys
+
+    try:
+        shutdown_ray()
+    except BaseException:  # a second Ctrl-C, or a Ray already half gone: the processes die with this one
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    logging.shutdown()
+    os._exit(code)
+
+
 def shutdown_ray() -> None:
     global _STARTED_LOCAL
     import ray
@@ -66,3 +132,24 @@ def terminate_processes(procs: list, timeout: float = 15.0) -> None:
             p.kill()
         except psutil.Error:
             pass
+
+
+def check_cluster_gpus(per_unit: float, *, what: str, field: str, autoscaling: bool = False) -> None:
+    """Refuse, before any trainer or trial starts, a GPU request the Ray cluster cannot meet: judged by
+    `ray.cluster_resources()` (never by the driver's own hardware, which may be a laptop attached to a
+    cluster). `autoscaling`: the cluster adds GPU nodes on demand, so an empty pool is not an error."""
+    import ray
+
+    from methodlab.core.device import GpuUnavailableError
+
+    if per_unit <= 0 or autoscaling:
+        return
+    have = float(ray.cluster_resources().get("GPU", 0.0))
+    if have <= 0:
+        raise GpuUnavailableError(
+            f"{what} asks for {per_unit:g} GPU each but the Ray cluster has none (ray.cluster_resources() "
+            "shows no GPU): set it to 0 to run on CPUs, point --address at a GPU cluster, or pass "
+            "--autoscaling if the cluster adds GPU nodes on demand", field=field)
+    if per_unit > have:
+        raise GpuUnavailableError(f"{what} asks for {per_unit:g} GPUs each; the whole Ray cluster has {have:g} "
+                                  "(pass --autoscaling if it adds GPU nodes on demand)", field=field)

@@ -1,6 +1,7 @@
 """report.html beside summary.parquet: a self-contained page (figures inlined as base64 PNG, no
-script, no network) with learning curves, the metric against each swept parameter, a
-parallel-coordinates view, Optuna parameter importances and the trials ASHA stopped.
+script, no network) that leads with the method's key metrics (its config's `key_metrics`: a table for a
+single run, columns per trial for a sweep, the first curves), then learning curves, the metric against
+each swept parameter, a parallel-coordinates view, Optuna parameter importances and the trials ASHA stopped.
 `build_compare` writes compare.html: runs / sweeps side by side, mean and spread over seeds."""
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class Figures:
         for n, title, data in self.items:
             if n == name:
                 b64 = base64.b64encode(data).decode()
-                return f'<figure id="fig-{n}"><img alt="{html.escape(title)}" src="data:image/png;base64,{b64}"></figure>'
+                return (f'<figure id="fig-{n}"><img alt="{html.escape(title)}" src="data:image/png;base64,{b64}">'
+                        f'<figcaption class="note">{html.escape(title)}</figcaption></figure>')
         return ""
 
 
@@ -87,12 +89,61 @@ def _x_col(history: pd.DataFrame) -> str:
     return history.columns[1]
 
 
+def key_metrics(summary: pd.DataFrame, record: dict, chosen: list[str] | None = None) -> list[str]:
+    """What the page leads with: the run's metric, the metrics asked for (`methodlab results --metric`), then
+    the method's own `key_metrics` (its config class; none for an unknown or removed method)."""
+    metric = str(summary["metric"].iloc[0]) if len(summary) and "metric" in summary else None
+    method = str(summary["method"].iloc[0]) if len(summary) and "method" in summary else record.get("method")
+    declared: tuple[str, ...] = ()
+    if method:
+        try:
+            from methodlab.core.registry import get_spec
+
+            cls = get_spec(str(method)).config_cls()
+            declared = tuple(cls.key_metrics) or (cls.primary_metric,)
+        except Exception:  # noqa: BLE001 - a folder from another version or a test double: no declared metrics
+            declared = ()
+    return [k for k in dict.fromkeys([metric, *(chosen or []), *declared]) if k]
+
+
+def _varies(s: pd.Series) -> bool:
+    vals = s.dropna()
+    return len(vals) > 1 and vals.nunique() > 1
+
+
 def curve_metrics(primary: str, history: pd.DataFrame, extra: list[str] | None = None, limit: int = 4) -> list[str]:
+    """The key metrics first (primary, the ones asked for, the method's declared ones) where the history holds at
+    least two reports of them, then other metrics that change over the run, to `limit` panels (more where more
+    key metrics were declared). A setting that never changes (a constant lr, a zero regulariser term) or a
+    once-reported final value is no curve."""
     skip = {"trial_id", "step", "epoch", "training_iteration", "time_this_iter_s", "time_total_s", "timestamp",
             "time_since_restore", "iterations_since_restore", "pid"}
-    others = [c for c in history.columns if c not in skip and _is_num(history[c]) and not c.startswith("final/")]
-    keys = [primary, *(extra or []), *others]
-    return [k for k in dict.fromkeys(keys) if k in history][:limit]
+    keys = [k for k in dict.fromkeys([primary, *(extra or [])])
+            if k in history and _is_num(history[k]) and history[k].notna().sum() >= 2]
+    if primary in history and primary not in keys:
+        keys.insert(0, primary)  # the run's metric is drawn even from a single report
+    others = [c for c in history.columns if c not in skip and c not in keys and _is_num(history[c])
+              and not c.startswith(("final/", "time/", "_")) and _varies(history[c])]
+    return [*keys, *others][:max(limit, len(keys))]
+
+
+def key_metric_rows(summary: pd.DataFrame, history: pd.DataFrame | None, keys: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """One row per key metric of a single run: its last reported value, the step of it, min, max, number of
+    reports (from history.parquet, else the final value in summary.parquet). Also the keys the run never reported."""
+    rows, missing = [], []
+    x = _x_col(history) if history is not None and len(history) else None
+    for k in keys:
+        series = history[k].dropna() if history is not None and k in history and _is_num(history[k]) else None
+        if series is not None and len(series):
+            step = history.loc[series.index[-1], x] if x is not None and x in history else None
+            rows.append({"metric": k, "last": float(series.iloc[-1]), "at " + (x or "step"): step,
+                         "min": float(series.min()), "max": float(series.max()), "reports": int(len(series))})
+        elif f"final/{k}" in summary and len(summary) and pd.notna(summary[f"final/{k}"].iloc[0]):
+            v = summary[f"final/{k}"].iloc[0]
+            rows.append({"metric": k, "last": float(v), "min": float(v), "max": float(v), "reports": 1})
+        else:
+            missing.append(k)
+    return pd.DataFrame(rows), missing
 
 
 def fig_curves(figs: Figures, summary: pd.DataFrame, history: pd.DataFrame, metrics: list[str]) -> None:
@@ -101,8 +152,13 @@ def fig_curves(figs: Figures, summary: pd.DataFrame, history: pd.DataFrame, metr
     stopped = set(summary.loc[summary.get("stopped_early", pd.Series(False, index=summary.index)).fillna(False).astype(bool),
                               "trial_id"]) if "stopped_early" in summary else set()
     n = len(metrics)
-    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.6), squeeze=False)
-    for ax, key in zip(axes[0], metrics):
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    for ax, key in zip(flat, metrics):
         for tid, part in history.groupby("trial_id", sort=False):
             part = part.dropna(subset=[key]) if key in part else part.iloc[:0]
             if not len(part):
@@ -116,7 +172,7 @@ def fig_curves(figs: Figures, summary: pd.DataFrame, history: pd.DataFrame, metr
     if stopped:
         fig.text(0.01, 0.005, "x = stopped early by ASHA", fontsize=8)
     fig.tight_layout()
-    figs.add(fig, "curves", "learning curves of every trial")
+    figs.add(fig, "curves", "learning curves: " + ", ".join(metrics))
 
 
 def _codes(s: pd.Series) -> tuple[pd.Series, list | None]:
@@ -282,13 +338,22 @@ def build_report(run_dir: str | Path, metrics: list[str] | None = None) -> Path:
     metric = str(summary["metric"].iloc[0]) if len(summary) else "?"
     mode = str(summary["mode"].iloc[0]) if len(summary) else "max"
     params = swept_params(summary, record) if len(summary) > 1 else []
+    keys = key_metrics(summary, record, metrics)
     figs = Figures(run_dir / FIG_DIR)
     sections = [f"<p class='note'>{len(summary)} {'trials' if record['kind'] == 'sweep' else 'run(s)'}, "
-                f"metric <b>{html.escape(metric)}</b> ({mode}), best first. Folder: {html.escape(str(run_dir))}</p>",
-                "<h2>Trials</h2>", _table(summary, summary_columns(summary, params, metrics))]
+                f"metric <b>{html.escape(metric)}</b> ({mode}), best first. Folder: {html.escape(str(run_dir))}</p>"]
+    if len(summary) == 1:  # a single run: its key metrics are the headline
+        rows, missing = key_metric_rows(summary, history, keys)
+        sections.append("<h2>Key metrics</h2>")
+        if len(rows):
+            sections.append('<div id="key-metrics">' + _table(rows, list(rows.columns)) + "</div>")
+        if missing:
+            sections.append(f"<p class='note'>not reported by this run: {html.escape(', '.join(missing))}</p>")
+    chosen = metrics if len(summary) == 1 else [*(metrics or []), *keys[1:]]  # a sweep: key metrics per trial
+    sections += ["<h2>Trials</h2>", _table(summary, summary_columns(summary, params, chosen))]
     sections.append("<h2>Learning curves</h2>")
     if history is not None and len(history):
-        fig_curves(figs, summary, history, curve_metrics(metric, history, metrics))
+        fig_curves(figs, summary, history, curve_metrics(metric, history, keys))
         sections.append(figs.html("curves"))
     else:
         sections.append("<p class='note'>no history.parquet: no curves</p>")

@@ -1,8 +1,10 @@
 """The tune runner: Ray Tune with Optuna (seeded) and ASHA over a search_spaces/ file.
 
-Single-worker CPU trials are plain function trainables (no Train worker group: ~20 s cheaper per
-trial on small machines). Multi-worker or GPU trials are a 0.01-CPU driver that builds a TorchTrainer
-named after the trial id (stable across retries and `tune resume`) and forwards its reports to Tune."""
+Single-worker trials are plain function trainables (no Train worker group: ~20 s cheaper per trial on
+small machines), on a GPU share when the space's `trial_resources.gpu` (or the base job's use_gpu) asks
+for one: four trials at gpu 0.25 share one GPU. Multi-worker trials are a 0.01-CPU driver that builds a
+TorchTrainer named after the trial id (stable across retries and `tune resume`) and forwards its reports
+to Tune."""
 
 from __future__ import annotations
 
@@ -51,10 +53,18 @@ def function_trial(params: dict, payload: dict) -> None:
     import torch
     from ray import tune
 
+    import ray
+
+    from methodlab.core.device import resolve_device, set_tf32, set_threads
+
     spec, cfg = _trial_config(payload, params)
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # one "checkpoint created" line per report otherwise
-    if payload.get("torch_threads"):
-        torch.set_num_threads(payload["torch_threads"])
+    set_threads(payload.get("torch_threads"))
+    # cuda when the trial holds a GPU share (Ray sets CUDA_VISIBLE_DEVICES to it); a share torch cannot see fails
+    device = resolve_device(payload.get("trial_gpu", 0) > 0, where="trial_resources.gpu", gpu_ids=ray.get_gpu_ids())
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        set_tf32(payload.get("tf32", False))
     ckpt = tune.get_checkpoint()
     resume = Path(ckpt.to_directory()) if ckpt is not None else None
     reports = Path(payload["reports_dir"]) / f"{tune.get_context().get_trial_id()}.jsonl" if payload.get("reports_dir") else None
@@ -66,7 +76,10 @@ def function_trial(params: dict, payload: dict) -> None:
                 fh.write(json.dumps(metrics, default=float) + "\n")
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(ckpt_dir)) if ckpt_dir else None)
 
-    ctx = RunContext(seed=cfg.seed, checkpoint=resume, report_fn=report)
+    trial_dir = tune.get_context().get_trial_dir()
+    ctx = RunContext(seed=cfg.seed, checkpoint=resume, report_fn=report, device=device,
+                     run_dir=Path(trial_dir) if trial_dir and "://" not in str(trial_dir) else None,
+                     precision=payload.get("precision", "fp32"), compile=payload.get("compile", False))
     spec.fit_fn(payload["setting"])(cfg, ctx)
 
 
@@ -82,9 +95,12 @@ def driver_trial(params: dict, payload: dict) -> None:
     _, cfg = _trial_config(payload, params)
     job = JobFile.model_validate(payload["job"])
     trial_id = tune.get_context().get_trial_id()
+    from methodlab.runners.ray_session import controller_knows_its_cluster
+
     trainer = build_trainer(LoadedJob(None, job, cfg), f"train-{trial_id}", payload["train_storage"],
                             callbacks=[TuneReportCallback()])
-    trainer.fit()
+    with controller_knows_its_cluster():  # its PlacementGroupCleaner asks this cluster, not "the" Ray of the machine
+        trainer.fit()
 
 
 def recording_asha(log_path: str | None, **kwargs):
@@ -157,21 +173,24 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
     from ray.tune.schedulers import FIFOScheduler
     from ray.tune.search.optuna import OptunaSearch
 
+    from methodlab.core.device import thread_count
     from methodlab.runners.paths import is_uri
 
     space = loaded_space.space
     base = loaded_space.base
     job = base.job
-    multi = job.scaling.num_workers > 1 or job.scaling.use_gpu
+    multi = job.scaling.num_workers > 1
+    res = trial_resources(loaded_space)
     payload = {"method": job.method, "setting": job.setting, "params": list(space.params),
                "config": deep_merge(job.config, space.config),
-               "torch_threads": space.trial_resources.torch_threads, "job": job.model_dump(mode="json"),
+               "torch_threads": thread_count(res["cpu"], space.trial_resources.torch_threads),
+               "trial_gpu": res["gpu"], "precision": job.scaling.precision, "compile": job.scaling.compile,
+               "tf32": job.scaling.tf32, "job": job.model_dump(mode="json"),
                "train_storage": str(Path(storage) / name / "train_runs"),
                "reports_dir": None if is_uri(storage) else str(Path(storage) / name / REPORTS_DIR)}
     if multi:
         trainable = tune.with_resources(tune.with_parameters(driver_trial, payload=payload), {"cpu": 0.01})
     else:
-        res = {"cpu": space.trial_resources.cpu, "gpu": space.trial_resources.gpu}
         trainable = tune.with_resources(tune.with_parameters(function_trial, payload=payload), res)
     run_config = tune.RunConfig(
         name=name, storage_path=storage,
@@ -211,6 +230,28 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
     )
 
 
+def trial_resources(loaded_space) -> dict:
+    """CPU and GPU of one single-worker trial: the space's trial_resources; a base job with use_gpu and no
+    gpu share in the space gets its gpus_per_worker (default a whole GPU)."""
+    tr, sc = loaded_space.space.trial_resources, loaded_space.base.job.scaling
+    gpu = tr.gpu if tr.gpu > 0 else ((sc.gpus_per_worker or 1.0) if sc.use_gpu else 0.0)
+    return {"cpu": tr.cpu, "gpu": gpu}
+
+
+def check_sweep_gpus(loaded_space, autoscaling: bool = False) -> None:
+    """A sweep whose trials need GPUs on a cluster that has none is refused before any trial (not left
+    pending forever)."""
+    from methodlab.runners.ray_session import check_cluster_gpus
+
+    sc = loaded_space.base.job.scaling
+    if sc.num_workers > 1:
+        check_cluster_gpus((sc.gpus_per_worker or 1) if sc.use_gpu else 0, what="the base job's scaling.use_gpu: "
+                           "every Train worker", field="scaling.use_gpu", autoscaling=autoscaling)
+    else:
+        check_cluster_gpus(trial_resources(loaded_space)["gpu"], what="trial_resources.gpu: every trial",
+                           field="trial_resources.gpu", autoscaling=autoscaling)
+
+
 @contextlib.contextmanager
 def legacy_output():
     """Ray 2.60's default output engine prints its own banner and tables even at verbose=0; the legacy
@@ -226,14 +267,70 @@ def legacy_output():
             os.environ["RAY_AIR_NEW_OUTPUT"] = old
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a sweep; its state and the trials' checkpoints are saved in `sweep_dir`."""
+
+    def __init__(self, sweep_dir: str):
+        super().__init__(sweep_dir)
+        self.sweep_dir = sweep_dir
+
+
+@contextlib.contextmanager
+def stop_on_sigint(say, force_after_s: float = 6.0):
+    """Ctrl-C during tuner.fit(): Tune's own graceful stop (trials stopped, experiment state and every trial
+    checkpoint saved, `tune resume` continues), reached through SIGUSR1, which Tune handles as it handles
+    SIGINT; Tune's SIGINT handler itself is switched off so that the interruption is known here (Tune returns
+    a normal-looking result after it). If that stop takes more than `force_after_s`, or on a second Ctrl-C,
+    KeyboardInterrupt ends the wait (the sweep state saved at the stop's start stays). Yields a dict whose
+    "interrupted" says whether it happened. A no-op outside the main thread."""
+    import signal
+    import threading
+
+    state = {"interrupted": False}
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+        yield state
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    old_env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    timer: list = []
+
+    def handler(signum, frame):
+        if state["interrupted"] or signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, signal.SIG_IGN, None):
+            raise KeyboardInterrupt  # again, the deadline, or Tune not listening yet: stop waiting
+        state["interrupted"] = True
+        # Tune's own lines ("Press CTRL+C ... to skip", "Resume experiment with: Tuner.restore(...)") name its API,
+        # not the command: the CLI prints `methodlab tune resume DIR` instead
+        logging.getLogger("ray.tune.tune").setLevel(logging.ERROR)
+        say("interrupted: stopping the trials and saving the sweep state (Ctrl-C again to stop at once)")
+        t = threading.Timer(force_after_s, os.kill, (os.getpid(), signal.SIGINT))
+        t.daemon = True
+        t.start()
+        timer.append(t)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield state
+    finally:
+        for t in timer:
+            t.cancel()
+        signal.signal(signal.SIGINT, previous)
+        if old_env is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = old_env
+
+
 def run_tune(loaded_space, name: str, storage: str, *, address: str | None = None, quiet: bool = False,
-             restore: bool = False, assume_shared_storage: bool = False) -> dict:
+             restore: bool = False, assume_shared_storage: bool = False, autoscaling: bool = False) -> dict:
     from methodlab.runners.paths import check_shared_storage
     from methodlab.runners.ray_session import init_ray
     from methodlab.runners.results import write_sweep_summary
 
     init_ray(address, quiet=quiet)
     check_shared_storage(storage, assume_shared_storage)  # on a multi-node cluster, before any trial starts
+    check_sweep_gpus(loaded_space, autoscaling)
     sweep_dir = Path(storage) / name
     sweep_dir.mkdir(parents=True, exist_ok=True)
     if not restore:
@@ -244,8 +341,16 @@ def run_tune(loaded_space, name: str, storage: str, *, address: str | None = Non
                   "tracking": sweep_tracking(loaded_space)}
         (sweep_dir / SWEEP_RECORD).write_text(yaml.safe_dump(record, sort_keys=False))
     tuner = build_tuner(loaded_space, name, storage, restore=restore, quiet=quiet)
-    with legacy_output():
+
+    def say(text: str) -> None:
+        import sys
+
+        print(f"[tune] {text}", file=sys.stderr, flush=True)
+
+    with legacy_output(), stop_on_sigint(say) as stop:
         grid = tuner.fit()
+    if stop["interrupted"]:
+        raise SweepInterrupted(str(sweep_dir))
     table = write_sweep_summary(sweep_dir, loaded_space.base.job.method, grid, loaded_space.metric, loaded_space.mode,
                                 list(loaded_space.space.params), early_stops=read_early_stops(sweep_dir),
                                 reports_dir=sweep_dir / REPORTS_DIR)
@@ -262,7 +367,7 @@ def run_tune(loaded_space, name: str, storage: str, *, address: str | None = Non
 
 
 def resume_tune(sweep_dir: str | Path, *, address: str | None = None, quiet: bool = False,
-                assume_shared_storage: bool = False) -> dict:
+                assume_shared_storage: bool = False, autoscaling: bool = False) -> dict:
     """Finish an interrupted sweep from its folder alone: the search space and base job recorded at
     start are re-validated, then Tune restores its own state (finished trials are not repeated)."""
     from methodlab.core.errors import MethodlabError
@@ -275,4 +380,4 @@ def resume_tune(sweep_dir: str | Path, *, address: str | None = None, quiet: boo
     rec = yaml.safe_load(record_path.read_text())
     loaded = load_search_space(record_path, raw=rec["space"], base_raw=rec["base_job"])
     return run_tune(loaded, rec["name"], rec["storage"], address=address, quiet=quiet, restore=True,
-                    assume_shared_storage=assume_shared_storage)
+                    assume_shared_storage=assume_shared_storage, autoscaling=autoscaling)

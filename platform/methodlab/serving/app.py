@@ -43,6 +43,17 @@ def pydantic_error(err: ValidationError, prefix: str = "") -> tuple[str, str]:
     return field, f"{field}: {msg}{more}"
 
 
+def replica_device(args: AppArgs):
+    """The replica's device: its GPU when the serve file gives it num_gpus (Ray sets CUDA_VISIBLE_DEVICES),
+    else the CPU; threads follow num_cpus. Checkpoints are portable: predictors load with map_location."""
+    import ray
+
+    from methodlab.core.device import resolve_device, set_threads
+
+    set_threads(max(1, int(args.num_cpus)))
+    return resolve_device(args.num_gpus > 0, where="args.num_gpus", gpu_ids=ray.get_gpu_ids())
+
+
 class MethodDeployment:
     def __init__(self, args: dict, checkpoints: list[tuple[str, str]]):
         self.args = AppArgs.model_validate(args)
@@ -50,14 +61,15 @@ class MethodDeployment:
         self.predictor_cls = self.spec.predictor_cls()
         self.paths = dict(checkpoints)
         self.default_id = checkpoints[0][0]
-        self._default = self.predictor_cls.from_checkpoint(self.paths[self.default_id])
+        self.device = replica_device(self.args)
+        self._default = self.predictor_cls.from_checkpoint(self.paths[self.default_id], device=self.device)
         self._adapters = weakref.WeakKeyDictionary()  # predictor -> TypeAdapter; evicted models drop theirs
         self.predict_batch.set_max_batch_size(self.args.max_batch_size)
         self.predict_batch.set_batch_wait_timeout_s(self.args.batch_wait_timeout_s)
 
     @serve.multiplexed(max_num_models_per_replica=16)
     async def get_model(self, model_id: str):
-        return self.predictor_cls.from_checkpoint(self.paths[model_id])
+        return self.predictor_cls.from_checkpoint(self.paths[model_id], device=self.device)
 
     @staticmethod
     def input_model(predictor):
@@ -177,13 +189,21 @@ class MethodDeployment:
         return JSONResponse(data[0] if single else data)
 
 
+def actor_options(args: AppArgs) -> dict:
+    """The replica's Ray actor options from the serve file's args (num_gpus only when asked for)."""
+    opts = {"num_cpus": args.num_cpus}
+    if args.num_gpus > 0:
+        opts["num_gpus"] = args.num_gpus
+    return opts
+
+
 def build(args: dict):
     """Application builder named by serve/*.yaml (`import_path: methodlab.serving.app:build`)."""
     parsed = AppArgs.model_validate(args)
     checkpoints = resolve_checkpoints(parsed)
     deployment = serve.deployment(
         MethodDeployment, name=f"{parsed.method}", max_ongoing_requests=max(64, 2 * parsed.max_batch_size),
-        ray_actor_options={"num_cpus": 1},
+        ray_actor_options=actor_options(parsed),
         # requests take milliseconds: a replica being stopped drains in well under 2 s, and a stop (SIGTERM
         # under Kubernetes / systemd) must finish inside their ~10 s grace period (Serve's default waits 20 s)
         graceful_shutdown_timeout_s=2.0, graceful_shutdown_wait_loop_s=0.5,

@@ -13,13 +13,19 @@ class Strict(BaseModel):
 
 class Scaling(Strict):
     num_workers: int = Field(1, ge=1, le=1024, description="Ray Train workers (DDP ranks).")
-    use_gpu: bool = False
+    use_gpu: bool = Field(False, description="Train on a GPU per worker; refused up front when none is there.")
     cpus_per_worker: float = Field(1.0, gt=0, le=256)
     gpus_per_worker: float | None = Field(None, ge=0, le=16)
     resources_per_worker: dict[str, float] = Field(default_factory=dict)
     torch_threads: int | None = Field(None, ge=1, le=256, description="torch threads per worker (default: its CPUs).")
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
         "PACK", description="Ray placement of the worker group: SPREAD puts one worker per node where it can.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="Mixed precision of the forward pass: bf16 / fp16 autocast (fp16 with a GradScaler); "
+                            "checkpoints stay fp32.")
+    compile: bool = Field(False, description="torch.compile the method's network (first steps are slower).")
+    tf32: bool = Field(False, description="Allow TF32 matmuls and convolutions on Ampere+ GPUs (process-wide, "
+                                          "set by the runner).")
 
 
 class CheckpointPolicy(Strict):

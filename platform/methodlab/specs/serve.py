@@ -22,6 +22,9 @@ class AppArgs(Strict):
     batch_wait_timeout_s: float = Field(0.002, ge=0, le=10)
     max_body_bytes: int = Field(1 << 20, ge=1024, le=1 << 30, description="Larger request bodies answer 413.")
     max_items: int = Field(1024, ge=1, le=1_000_000, description="Largest list accepted by /predict.")
+    num_cpus: float = Field(1.0, gt=0, le=256, description="CPUs per replica (Ray actor option); also its torch threads.")
+    num_gpus: float = Field(0.0, ge=0, le=16, description="GPUs per replica (Ray actor option; 0.5 packs two replicas "
+                                                          "on a GPU); the predictor then loads onto that GPU.")
 
     @model_validator(mode="after")
     def _one_source(self):

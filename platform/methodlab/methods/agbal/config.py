@@ -18,13 +18,15 @@ DataName = Literal["friedman_shift", "hetero_1d", "hetero_2d", "diabetes_shift",
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/auc_log"
     mode: ClassVar[Literal["max", "min"]] = "min"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/auc_log", "eval/log_rmse", "eval/rmse", "surrogate/spearman")
     smoke: ClassVar[dict] = {"data": "diabetes_shift", "n0": 32, "batch_size": 16, "rounds": 2, "hidden": [64, 64],
                              "epochs": 100, "kernel": "ll"}
     resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"rounds"}
 
     seed: int = Field(0, description="Seed of the model initialisation, the initial labelled set and selection.")
     data_seed: int | None = Field(None, description="Seed of the generated / split data; None: seed.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this many "
+                                      "(never widen them); None: the job's (scaling.cpus_per_worker).")
     strategy: Strategy = Field("agbal", description="agbal | random | lcmd (LCMD on the same kernel, no auxiliary "
                                "data) | agbal_unweighted (AGBAL with r = 1, the weighting ablation).")
 

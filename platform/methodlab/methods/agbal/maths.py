@@ -1,6 +1,7 @@
 """AGBAL's maths: the classifier-based density ratio (clipped, self-normalised, ESS), the density-ratio-weighted
 auxiliary loss propagated to pool points (Nadaraya-Watson or kernel ridge), the kernel posterior variance, and
-batch selection (LCMD / MaxDet / MaxDiag on the surrogate-scaled kernel, top-b, random)."""
+batch selection (LCMD / MaxDet / MaxDiag on the surrogate-scaled kernel, top-b, random). The ratio classifier is
+fitted on a device (the run's) in float32 and read back as numpy; the surrogate and the selection are numpy."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def expand(z: torch.Tensor, kind: str) -> torch.Tensor:
     parts = [z, z ** 2]
     d = z.shape[1]
     if 1 < d <= 50:
-        i, j = torch.triu_indices(d, d, offset=1)
+        i, j = torch.triu_indices(d, d, offset=1, device=z.device)
         parts.append(z[:, i] * z[:, j])
     return torch.cat(parts, 1)
 
@@ -29,12 +30,12 @@ class RatioModel(nn.Module):
     weighted equally, so the logit estimates log p_target / p_aux up to a constant that self-normalisation removes)."""
 
     def __init__(self, d: int, kind: str = "logistic", features: str = "quadratic", hidden: int = 64):
-        super().__init__()
+        super().__init__()  # buffers and layers on the current default device (build it under `with device:`)
         self.kind, self.features = kind, features
         self.register_buffer("mean", torch.zeros(d))
         self.register_buffer("std", torch.ones(d))
         self.register_buffer("log_norm", torch.zeros(()))  # subtracted so that mean r over the auxiliary set is 1
-        d_feat = expand(torch.zeros(1, d), features).shape[1] if kind == "logistic" else d
+        d_feat = expand(torch.zeros(1, d, device="cpu"), features).shape[1] if kind == "logistic" else d
         self.register_buffer("feat_mean", torch.zeros(d_feat))
         self.register_buffer("feat_std", torch.ones(d_feat))
         if kind == "logistic":
@@ -50,20 +51,24 @@ class RatioModel(nn.Module):
         return z
 
     def logit(self, x) -> torch.Tensor:
-        return self.net(self._features(torch.as_tensor(np.asarray(x), dtype=torch.float32))).squeeze(-1)
+        x = torch.as_tensor(np.asarray(x), dtype=torch.float32, device=self.mean.device)
+        return self.net(self._features(x)).squeeze(-1)
 
     @torch.no_grad()
     def raw_ratio(self, x) -> np.ndarray:
-        return torch.exp(self.logit(x).double().clamp(-60, 60) - self.log_norm.double()).numpy()
+        return torch.exp(self.logit(x).double().clamp(-60, 60) - self.log_norm.double()).cpu().numpy()
 
 
 def fit_ratio(x_target: np.ndarray, x_aux: np.ndarray, *, kind: str = "logistic", features: str = "quadratic",
-              c: float = 1.0, hidden: int = 64, epochs: int = 300, seed: int = 0) -> RatioModel:
-    """Fit the classifier on target inputs (labelled + pool; never test) vs auxiliary inputs."""
+              c: float = 1.0, hidden: int = 64, epochs: int = 300, seed: int = 0, device="cpu") -> RatioModel:
+    """Fit the classifier on target inputs (labelled + pool; never test) vs auxiliary inputs, on `device`
+    (float32 throughout: the logit becomes an importance weight through exp, so it stays out of autocast)."""
+    device = torch.device(device)
     torch.manual_seed(seed)
-    xt = torch.as_tensor(np.asarray(x_target), dtype=torch.float32)
-    xa = torch.as_tensor(np.asarray(x_aux), dtype=torch.float32)
-    model = RatioModel(xt.shape[1], kind, features, hidden)
+    xt = torch.as_tensor(np.asarray(x_target), dtype=torch.float32, device=device)
+    xa = torch.as_tensor(np.asarray(x_aux), dtype=torch.float32, device=device)
+    with device:
+        model = RatioModel(xt.shape[1], kind, features, hidden)
     allx = torch.cat([xt, xa])
     model.mean.copy_(allx.mean(0))
     model.std.copy_(allx.std(0).clamp_min(1e-8))
@@ -72,8 +77,8 @@ def fit_ratio(x_target: np.ndarray, x_aux: np.ndarray, *, kind: str = "logistic"
         model.feat_mean.copy_(f.mean(0))
         model.feat_std.copy_(f.std(0).clamp_min(1e-8))
     feats = model._features(allx).detach()
-    lab = torch.cat([torch.ones(len(xt)), torch.zeros(len(xa))])
-    w = torch.cat([torch.full((len(xt),), 0.5 / len(xt)), torch.full((len(xa),), 0.5 / len(xa))])
+    lab = torch.cat([torch.ones(len(xt), device=device), torch.zeros(len(xa), device=device)])
+    w = torch.cat([torch.full((len(xt),), 0.5 / len(xt), device=device), torch.full((len(xa),), 0.5 / len(xa), device=device)])
     bce = nn.BCEWithLogitsLoss(reduction="none")
     n = len(allx)
     if kind == "logistic":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
@@ -55,14 +56,18 @@ class Predictor:
 
     def __init__(self, cfg: Config, st, lab_x: np.ndarray, version: str):
         self.cfg, self.st, self.lab_x, self.version = cfg, st, lab_x, version
+        self.device = next(st.net.parameters()).device
         self.d = int(len(st.x_mean))
         self.b = int(cfg.batch_size)
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The round's regressor on `device` (a str or torch.device; None: the CPU): each request's rows are
+        moved there once (predictions, features); the surrogate and the selection run in numpy."""
+        device = torch.device("cpu" if device is None else device)
         ck = load_checkpoint(directory, method=SLUG)
         cfg = Config.model_validate(ck.config)
-        st = load_state(cfg, ck)
+        st = load_state(cfg, ck, device)
         rnd = int(ck.state.get("round", 0))
         version = f"agbal-{cfg.data}-{cfg.strategy}-seed{cfg.seed}-round{rnd}-n{int(ck.state.get('n_labeled', 0))}"
         return cls(cfg, st, ck.weights["lab_x"].numpy(), version)

@@ -36,13 +36,12 @@ def job_config(path: str) -> dict:
 
 
 def run_one(job: dict) -> dict:
-    import torch
-
     from methodlab.core import RunContext
+    from methodlab.core.device import set_threads
     from methodlab.methods.agbal.config import Config
     from methodlab.methods.agbal.train import fit
 
-    torch.set_num_threads(1)
+    set_threads(1)  # one torch (and BLAS) thread per worker process, as before
     cfg = Config(**job["config"])
     ctx = RunContext(quiet=True)
     t0 = time.perf_counter()
@@ -59,8 +58,7 @@ def surrogate_diagnostic(seed: int) -> dict:
     """hetero_1d after round 0: how well each ratio estimate matches the analytic ratio, and the Spearman
     correlation of u with the true squared error on the pool for the estimated (logistic), MLP, TRUE and unit
     ratios, with nw and krr propagation - does the weighting help the surrogate even with the exact ratio?"""
-    import torch
-
+    from methodlab.core.device import set_threads
     from methodlab.methods.agbal import maths
     from methodlab.methods.agbal.acquire import surrogate
     from methodlab.methods.agbal.config import Config
@@ -68,7 +66,7 @@ def surrogate_diagnostic(seed: int) -> dict:
     from methodlab.methods.agbal.evaluate import spearman
     from methodlab.methods.agbal.train import fit_ratio, train_round
 
-    torch.set_num_threads(1)
+    set_threads(1)  # one torch (and BLAS) thread per worker process, as before
     base = job_config(EXPERIMENTS["hetero_nw"][0])
     out: dict = {"seed": seed}
     ratios = {}

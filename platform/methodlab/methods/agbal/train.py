@@ -2,7 +2,9 @@
 then per round: train the MLP on the labelled target set, log test RMSE (and, where pool labels are hidden in the
 data, the surrogate's Spearman correlation with the true error), checkpoint, select the next batch.
 Settings: train (= al_run: the whole loop), round (one round on a user's tables: retrain, propose the next batch,
-write a checkpoint), density_ratio (fit the ratio model and report its diagnostics)."""
+write a checkpoint), density_ratio (fit the ratio model and report its diagnostics). The regressor, its training
+batches, the ratio classifier and the feature sketches live on ctx.device; the tables and the selection maths are
+numpy on the host (read back once per round)."""
 
 from __future__ import annotations
 
@@ -42,10 +44,11 @@ def labelled_xy(task, lab_ids) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(xs), np.concatenate(ys)
 
 
-def fit_ratio(cfg: Config, task) -> tuple[maths.RatioModel, np.ndarray, dict]:
+def fit_ratio(cfg: Config, task, device="cpu") -> tuple[maths.RatioModel, np.ndarray, dict]:
     """Density ratio at the auxiliary inputs: classifier, clip, self-normalise, ESS fallback."""
     model = maths.fit_ratio(target_inputs(task), task.x_aux, kind=cfg.ratio_model, features=cfg.ratio_features,
-                            c=cfg.ratio_c, hidden=cfg.ratio_hidden, epochs=cfg.ratio_epochs, seed=cfg.seed)
+                            c=cfg.ratio_c, hidden=cfg.ratio_hidden, epochs=cfg.ratio_epochs, seed=cfg.seed,
+                            device=device)
     raw = model.raw_ratio(task.x_aux)
     r = maths.clip_normalise(raw, cfg.ratio_clip)
     e = maths.ess(r)
@@ -60,21 +63,26 @@ def fit_ratio(cfg: Config, task) -> tuple[maths.RatioModel, np.ndarray, dict]:
     return model, r, diag
 
 
-def train_round(cfg: Config, task, lab_ids, k: int, r_aux: np.ndarray, prev: MLP | None = None) -> State:
+def train_round(cfg: Config, task, lab_ids, k: int, r_aux: np.ndarray, prev: MLP | None = None,
+                ctx: RunContext | None = None) -> State:
+    """Retrain the regressor of round k on the labelled set; with `ctx`, on ctx.device under its precision."""
+    ctx = ctx if ctx is not None else RunContext(quiet=True)
     xt = target_inputs(task)
     x_mean, x_std = xt.mean(0), np.maximum(xt.std(0), 1e-8)
     xl, yl = labelled_xy(task, lab_ids)
     y_mean, y_std = float(yl.mean()), float(max(yl.std(), 1e-8))
-    net = build_net(xt.shape[1], cfg.hidden, cfg.activation, seed=cfg.seed * 1009 + k)
+    with ctx.init_module():
+        net = build_net(xt.shape[1], cfg.hidden, cfg.activation, seed=cfg.seed * 1009 + k)
     if cfg.warm_start and prev is not None:
         net.load_state_dict(prev.state_dict())
+    model = ctx.prepare_model(net)  # trained through `model`; the State keeps the plain module
     zx, zy, w = (xl - x_mean) / x_std, (yl - y_mean) / y_std, None
     if cfg.train_on_aux:
         zx = np.concatenate([zx, (task.x_aux - x_mean) / x_std])
         zy = np.concatenate([zy, (task.y_aux - y_mean) / y_std])
         w = np.concatenate([np.ones(len(xl)), r_aux])
     train_net(net, zx, zy, epochs=cfg.epochs, batch=cfg.train_batch, lr=cfg.lr, weight_decay=cfg.weight_decay,
-              seed=cfg.seed * 7919 + k, sample_weight=w)
+              seed=cfg.seed * 7919 + k, sample_weight=w, ctx=ctx, model=model)
     st = State(net, x_mean, x_std, y_mean, y_std, task.x_aux, task.y_aux, r_aux)
     if cfg.debias_aux:  # residual of the auxiliary point nearest each labelled target point: mostly label bias
         d = maths.sq_dists(st.zx(xl), st.zx(task.x_aux))
@@ -88,7 +96,7 @@ def train_round(cfg: Config, task, lab_ids, k: int, r_aux: np.ndarray, prev: MLP
 def state_tensors(st: State, ratio: maths.RatioModel, x_lab: np.ndarray) -> dict:
     w = {f"net.{k}": v for k, v in st.net.state_dict().items()}
     w.update({f"ratio.{k}": v for k, v in ratio.state_dict().items()})
-    t = lambda a: torch.tensor(np.array(a, dtype=np.float64))  # noqa: E731
+    t = lambda a: torch.tensor(np.array(a, dtype=np.float64), device="cpu")  # noqa: E731  (host tables)
     w.update({"aux_x": t(st.x_aux), "aux_y": t(st.y_aux), "r_aux": t(st.r_aux), "lab_x": t(x_lab),
               "x_mean": t(st.x_mean), "x_std": t(st.x_std)})
     return w
@@ -124,28 +132,27 @@ def round_metrics(cfg: Config, task, st: State, lab_ids, k: int, logs: list[floa
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     task = build_task(cfg)
     if task.y_pool is None:
         raise ValueError("the al_run loop simulates labelling and needs pool labels; use setting 'round' for a "
                          "user's unlabelled pool")
-    ratio, r_aux, rdiag = fit_ratio(cfg, task)
+    ratio, r_aux, rdiag = fit_ratio(cfg, task, ctx.device)
     lab = [int(i) for i in task.labeled]
     k, st, logs, trained = 0, None, [], False
     if ctx.checkpoint is not None:
         ck = load_checkpoint(ctx.checkpoint, method=SLUG)
         lab = [int(i) for i in ck.extras["labeled_ids"]]
         k = int(ck.state["round"])
-        st = train_round_from_checkpoint(cfg, task, ck, r_aux)
+        st = train_round_from_checkpoint(cfg, task, ck, r_aux, ctx.device)
         ctx.history[:] = list(ck.extras.get("history", []))
         logs = [h["eval/log_rmse"] for h in ctx.history if "eval/log_rmse" in h]
         trained = True
     while True:
         t0 = time.perf_counter()
         if not trained:
-            st = train_round(cfg, task, lab, k, r_aux, prev=None if st is None else st.net)
+            st = train_round(cfg, task, lab, k, r_aux, prev=None if st is None else st.net, ctx=ctx)
             m = round_metrics(cfg, task, st, lab, k, logs)
             m.update(rdiag)
             m["time/round_s"] = time.perf_counter() - t0
@@ -165,15 +172,17 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     return ctx.history[-1]
 
 
-def train_round_from_checkpoint(cfg: Config, task, ck, r_aux) -> State:
-    st = load_state(cfg, ck)
+def train_round_from_checkpoint(cfg: Config, task, ck, r_aux, device="cpu") -> State:
+    st = load_state(cfg, ck, device)
     st.r_aux = r_aux
     return st
 
 
-def load_state(cfg: Config, ck) -> State:
+def load_state(cfg: Config, ck, device="cpu") -> State:
+    """The round's State with its network on `device` (the tables stay numpy)."""
     w = ck.weights
-    net = MLP(int(w["x_mean"].numel()), cfg.hidden, cfg.activation)
+    with torch.device(device):
+        net = MLP(int(w["x_mean"].numel()), cfg.hidden, cfg.activation)
     net.load_state_dict({k[4:]: v for k, v in w.items() if k.startswith("net.")})
     net.eval()
     s = ck.extras["stats"]
@@ -199,14 +208,13 @@ def _writer(cfg: Config, st: State, ratio, task, lab, k: int, ctx: RunContext, p
 def fit_round(cfg: Config, ctx: RunContext) -> dict:
     """One round on a user's tables (or a generator's initial labelled set): retrain on the labelled table,
     propose the next `batch_size` pool rows, write a checkpoint holding the model and the proposal."""
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
     task = build_task(cfg)
-    ratio, r_aux, rdiag = fit_ratio(cfg, task)
+    ratio, r_aux, rdiag = fit_ratio(cfg, task, ctx.device)
     lab = [int(i) for i in task.labeled]
-    st = train_round(cfg, task, lab, 0, r_aux)
+    st = train_round(cfg, task, lab, 0, r_aux, ctx=ctx)
     m = round_metrics(cfg, task, st, lab, 0, [])
     m.update(rdiag)
     cand = np.setdiff1d(np.arange(len(task.x_pool)), lab)
@@ -225,11 +233,10 @@ def fit_round(cfg: Config, ctx: RunContext) -> dict:
 
 def fit_density_ratio(cfg: Config, ctx: RunContext) -> dict:
     """Fit the density-ratio model and report its diagnostics (ESS, clipping, error vs the analytic ratio)."""
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     task = build_task(cfg)
-    _, r, diag = fit_ratio(cfg, task)
+    _, r, diag = fit_ratio(cfg, task, ctx.device)
     m = {"step": 0, **diag, "ratio/n_aux": len(r), "ratio/n_target": len(target_inputs(task))}
     ctx.report(m)
     return m

@@ -15,11 +15,13 @@ Method = Literal["dns", "vanilla", "ewc", "one_sided", "joint"]
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/r10"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/r10", "eval/r1", "eval/r5", "eval/bwt_r10", "train/loss_end")
     smoke: ClassVar[dict] = {"data": "digits", "steps": None, "n_steps": 3, "epochs": 1, "lr": 1e-3,
                              "eval_subsets": 1}
 
     seed: int = Field(0, description="Seed of the data generator, batch order and evaluation subsets.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads "
+                                      "(scaling.cpus_per_worker) for this run; None: the runner's count.")
     method: Method = Field("dns", description="dns (the paper) | vanilla | ewc | one_sided (G - G P) | joint (upper reference).")
 
     # --- data -------------------------------------------------------------------------------------

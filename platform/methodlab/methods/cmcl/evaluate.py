@@ -16,7 +16,7 @@ def true_ranks(scores: torch.Tensor) -> torch.Tensor:
     """scores [n, n], row i's true candidate is column i -> rank of i among the row's candidates."""
     n = scores.shape[0]
     diag = scores.diagonal().unsqueeze(1)
-    idx = torch.arange(n)
+    idx = torch.arange(n, device=scores.device)
     higher = (scores > diag).sum(1)
     tied_before = ((scores == diag) & (idx.unsqueeze(0) < idx.unsqueeze(1))).sum(1)
     return higher + tied_before
@@ -29,16 +29,17 @@ def recall_at(scores: torch.Tensor, ks=KS) -> dict[int, float]:
 
 def zero_shot_accuracy(emb: torch.Tensor, class_emb: torch.Tensor, labels: np.ndarray, classes: np.ndarray) -> float:
     """argmax over the given classes' text embeddings (first maximal index on ties, as torch.argmax)."""
-    s = emb @ class_emb[torch.as_tensor(classes)].T
-    pred = classes[s.argmax(1).numpy()]
+    s = emb @ class_emb[torch.as_tensor(classes, device=class_emb.device)].T
+    pred = classes[s.argmax(1).cpu().numpy()]
     return float((pred == labels).mean())
 
 
 @torch.no_grad()
 def evaluate_task(heads, task, cfg, text_mod: str | None = "text") -> dict[str, float]:
-    """R@1/5/10 (mean of A->B and B->A, over min(eval_pool, n_test)-pair subsets) and zero-shot Acc."""
-    dt = heads.W[task.mod_a].dtype
-    xa, xb = torch.as_tensor(task.xa_test, dtype=dt), torch.as_tensor(task.xb_test, dtype=dt)
+    """R@1/5/10 (mean of A->B and B->A, over min(eval_pool, n_test)-pair subsets) and zero-shot Acc, on the heads'
+    device (the scalars are read here, at evaluation time)."""
+    dt, dev = heads.W[task.mod_a].dtype, heads.W[task.mod_a].device
+    xa, xb = torch.as_tensor(task.xa_test, dtype=dt, device=dev), torch.as_tensor(task.xb_test, dtype=dt, device=dev)
     ea, eb = heads(task.mod_a, xa), heads(task.mod_b, xb)
     n = len(xa)
     pool = min(cfg.eval_pool, n)
@@ -49,6 +50,7 @@ def evaluate_task(heads, task, cfg, text_mod: str | None = "text") -> dict[str, 
         subsets = [np.sort(rng.choice(n, size=pool, replace=False)) for _ in range(cfg.eval_subsets)]
     acc = {k: 0.0 for k in KS}
     for sub in subsets:
+        sub = torch.as_tensor(sub, device=dev)
         s = ea[sub] @ eb[sub].T
         for direction in (s, s.T):
             for k, v in recall_at(direction).items():
@@ -56,7 +58,7 @@ def evaluate_task(heads, task, cfg, text_mod: str | None = "text") -> dict[str, 
     out = {f"r{k}": 100.0 * v for k, v in acc.items()}
     out["pool"] = float(pool)
     if task.class_bank is not None and task.y_test is not None and text_mod in heads.W:
-        bank = heads(text_mod, torch.as_tensor(task.class_bank, dtype=dt))
+        bank = heads(text_mod, torch.as_tensor(task.class_bank, dtype=dt, device=dev))
         classes = np.unique(task.y_test)
         accs = [zero_shot_accuracy(e, bank, task.y_test, classes)
                 for m, e in ((task.mod_a, ea), (task.mod_b, eb)) if m != text_mod]

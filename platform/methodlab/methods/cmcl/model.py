@@ -15,12 +15,12 @@ from torch import nn
 class Heads(nn.Module):
     """One affine head per modality type, shared by every step in which that modality appears."""
 
-    def __init__(self, modalities: list[str], dim: int, dtype=torch.float32):
+    def __init__(self, modalities: list[str], dim: int, dtype=torch.float32, device=None):
         super().__init__()
         self.modalities = list(modalities)
         self.dim = dim
-        self.W = nn.ParameterDict({m: nn.Parameter(torch.eye(dim, dtype=dtype)) for m in modalities})
-        self.b = nn.ParameterDict({m: nn.Parameter(torch.zeros(dim, dtype=dtype)) for m in modalities})
+        self.W = nn.ParameterDict({m: nn.Parameter(torch.eye(dim, dtype=dtype, device=device)) for m in modalities})
+        self.b = nn.ParameterDict({m: nn.Parameter(torch.zeros(dim, dtype=dtype, device=device)) for m in modalities})
 
     def forward(self, m: str, x: torch.Tensor) -> torch.Tensor:
         return x @ self.W[m].T + self.b[m]
@@ -29,15 +29,27 @@ class Heads(nn.Module):
         return [self.W[m], self.b[m]] if with_bias else [self.W[m]]
 
 
+def rank_tol(S: torch.Tensor, shape: tuple[int, int], dtype: torch.dtype) -> float:
+    """Numerical-rank tolerance of a matrix of `shape` whose entries were computed in `dtype`, with eigen- (or
+    singular) values S: max|S| * max(M, N) * eps(dtype), as numpy.linalg.matrix_rank. Below it an eigenvalue is
+    round-off of that dtype, not a direction of the data."""
+    if not S.numel():
+        return 0.0
+    return float(S.abs().max()) * max(shape) * torch.finfo(dtype).eps
+
+
 def projector(Z: torch.Tensor, lam: float, rel_tol: float = 1e-7) -> tuple[torch.Tensor, int]:
-    """P = U_k U_k^T over the eigenvectors of the symmetric PSD Z with eigenvalue > max(lam, rel_tol * S_max).
+    """P = U_k U_k^T over the eigenvectors of the symmetric PSD Z with eigenvalue > max(lam, rel_tol * S_max,
+    tol), tol the numerical-rank tolerance of Z's own dtype (`rank_tol`).
 
     float64 eigh: in float32 the noise floor of a 1024x1024 matrix is above 0, so "S > 0" would keep every
-    direction."""
+    direction; and a moment matrix accumulated in float32 carries float32 round-off (eigenvalues up to ~D eps
+    S_max on directions the data never had), which `tol` discards at lambda' = 0 whatever rel_tol says."""
+    src = Z.dtype if Z.dtype.is_floating_point else torch.float64
     Z = Z.detach().to(torch.float64)
     S, U = torch.linalg.eigh((Z + Z.T) / 2)
     smax = float(S.max()) if S.numel() else 0.0
-    keep = S > max(lam, rel_tol * smax)
+    keep = S > max(lam, rel_tol * smax, rank_tol(S, tuple(Z.shape), src))
     if smax <= 0 or not bool(keep.any()):
         return torch.zeros_like(Z), 0
     Uk = U[:, keep]
@@ -56,15 +68,22 @@ def one_sided_project(G: torch.Tensor, P_in: torch.Tensor) -> torch.Tensor:
 
 def kept_share(G: torch.Tensor, G_projected: torch.Tensor) -> float:
     """Share of the gradient's Frobenius norm a projection keeps: ||G_projected||_F / ||G||_F (1 when G = 0)."""
-    n = float(torch.linalg.norm(G))
-    return float(torch.linalg.norm(G_projected)) / n if n > 0 else 1.0
+    return float(kept_share_t(G, G_projected))
+
+
+def kept_share_t(G: torch.Tensor, G_projected: torch.Tensor) -> torch.Tensor:
+    """`kept_share` as a 0-dim tensor on G's device (no host read: the training loop sums these)."""
+    n = torch.linalg.norm(G)
+    return torch.where(n > 0, torch.linalg.norm(G_projected) / n, torch.ones_like(n))
 
 
 class DNSState:
     """Running uncentred (or centred) second moments per modality, with the official global counter."""
 
-    def __init__(self, modalities: list[str], dim: int, per_modality_counts: bool = False, center: bool = False):
-        z = lambda: {m: torch.zeros(dim, dim, dtype=torch.float64) for m in modalities}  # noqa: E731
+    def __init__(self, modalities: list[str], dim: int, per_modality_counts: bool = False, center: bool = False,
+                 device=None):
+        self.device = device  # where the moments live (the run's device; None: torch's default)
+        z = lambda: {m: torch.zeros(dim, dim, dtype=torch.float64, device=device) for m in modalities}  # noqa: E731
         self.C, self.C_partner = z(), z()
         self.seen = {m: False for m in modalities}
         self.count = {m: 0.0 for m in modalities}  # used when per_modality_counts
@@ -119,8 +138,8 @@ class DNSState:
 
     def load(self, tensors: dict, js: dict) -> None:
         for m in self.C:
-            self.C[m] = tensors[f"dns.C.{m}"].to(torch.float64)
-            self.C_partner[m] = tensors[f"dns.Cp.{m}"].to(torch.float64)
+            self.C[m] = tensors[f"dns.C.{m}"].to(self.C[m].device, torch.float64)
+            self.C_partner[m] = tensors[f"dns.Cp.{m}"].to(self.C[m].device, torch.float64)
         self.seen = {m: bool(v) for m, v in js["seen"].items()}
         self.count = {m: float(v) for m, v in js["count"].items()}
         self.global_count = float(js["global_count"])
@@ -158,6 +177,8 @@ class EWC:
         out.update({f"ewc.A.{k}": v for k, v in self.anchor.items()})
         return out
 
-    def load(self, tensors: dict) -> None:
-        self.fisher = {k[len("ewc.F."):]: v for k, v in tensors.items() if k.startswith("ewc.F.")}
-        self.anchor = {k[len("ewc.A."):]: v for k, v in tensors.items() if k.startswith("ewc.A.")}
+    def load(self, tensors: dict, device=None) -> None:
+        """From a checkpoint (host tensors), onto `device` (the heads')."""
+        mv = (lambda v: v) if device is None else (lambda v: v.to(device))  # noqa: E731
+        self.fisher = {k[len("ewc.F."):]: mv(v) for k, v in tensors.items() if k.startswith("ewc.F.")}
+        self.anchor = {k[len("ewc.A."):]: mv(v) for k, v in tensors.items() if k.startswith("ewc.A.")}

@@ -54,19 +54,24 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, heads: Heads, cfg: Config, names: list[str], bank: torch.Tensor | None, text_mod: str = "text"):
-        self.heads, self.cfg, self.names, self.bank, self.text_mod = heads.eval(), cfg, names, bank, text_mod
+    def __init__(self, heads: Heads, cfg: Config, names: list[str], bank: torch.Tensor | None, text_mod: str = "text",
+                 device=None):
+        self.device = torch.device("cpu" if device is None else device)
+        self.heads, self.cfg, self.names, self.text_mod = heads.to(self.device).eval(), cfg, names, text_mod
+        self.bank = None if bank is None else bank.to(self.device)
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """Heads (float64) and the class-text bank on `device` (None: CPU; a str or torch.device)."""
+        device = torch.device("cpu" if device is None else device)
         ck = load_checkpoint(directory, method="cmcl")
         cfg = Config.model_validate(ck.config, context={"check_files": False})  # serving needs no data files
         mods = list(ck.extras["modalities"])
-        heads = Heads(mods, cfg.dim, torch.float64)
+        heads = Heads(mods, cfg.dim, torch.float64, device=device)
         heads.load_state_dict({k[len("head."):]: v.to(torch.float64) for k, v in ck.weights.items() if k.startswith("head.")})
         cb = ck.extras.get("class_bank", {"names": [], "features": []})
-        bank = torch.tensor(cb["features"], dtype=torch.float64) if cb["names"] else None
-        return cls(heads, cfg, list(cb["names"]), bank)
+        bank = torch.tensor(cb["features"], dtype=torch.float64, device=device) if cb["names"] else None
+        return cls(heads, cfg, list(cb["names"]), bank, device=device)
 
     def input_model(self) -> type[BaseModel]:
         """This checkpoint's request: its modalities, rows of its width D, classification only with a class bank."""
@@ -97,7 +102,7 @@ class Predictor:
             raise FieldError(f"{where}.modality", f"unknown modality {modality!r}; this model has {sorted(self.heads.W)}")
         if any(len(r) != self.cfg.dim for r in rows):
             raise FieldError(f"{where}.features", f"every row must have width D = {self.cfg.dim}")
-        x = torch.tensor(rows, dtype=torch.float64)
+        x = torch.tensor(rows, dtype=torch.float64, device="cpu").to(self.device)  # one copy of the request's rows
         return x / x.norm(dim=1, keepdim=True).clamp_min(1e-300)  # the encoders' features are unit-norm
 
     def _embed(self, m: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,17 +117,17 @@ class Predictor:
         for i, x in enumerate(inputs):
             qu, qi = self._embed(x.modality, self._feats(f"[{i}]", x.modality, x.features))
             q = qu[qi]
-            out = Output(embeddings=_clip(q.numpy()).tolist())
+            out = Output(embeddings=_clip(q.cpu().numpy()).tolist())
             if x.candidates is not None:
                 cu, ci = self._embed(x.candidates.modality, self._feats(f"[{i}].candidates", x.candidates.modality,
                                                                         x.candidates.features))
-                s = _clip((qu @ cu.T)[qi][:, ci].numpy())  # distinct rows only, then gathered
+                s = _clip((qu @ cu.T)[qi][:, ci].cpu().numpy())  # distinct rows only, then gathered
                 order = np.argsort(-s, axis=1, kind="stable")[:, : min(x.top_k, len(ci))]  # ties: smaller index first
                 out.topk = [[Hit(index=int(j), score=float(s[r, j])) for j in order[r]] for r in range(len(s))]
             if x.classify:
                 if self.bank is None or self.text_mod not in self.heads.W:
                     raise FieldError(f"[{i}].classify", "this model has no class-text bank")
-                s = _clip((q @ self.heads(self.text_mod, self.bank).T).numpy())
+                s = _clip((q @ self.heads(self.text_mod, self.bank).T).cpu().numpy())
                 pred = s.argmax(1)  # first maximal index on ties
                 out.labels = [self.names[int(p)] for p in pred]
                 out.label = out.labels[0]

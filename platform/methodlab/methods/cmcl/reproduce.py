@@ -35,13 +35,12 @@ KEYS = ("eval/r1", "eval/r5", "eval/r10", "eval/acc", "eval/bwt_r1", "eval/bwt_r
 
 
 def run_one(job: dict) -> dict:
-    import torch
-
     from methodlab.core import RunContext
+    from methodlab.core.device import set_threads
     from methodlab.methods.cmcl.config import Config
     from methodlab.methods.cmcl.train import fit
 
-    torch.set_num_threads(1)
+    set_threads(1)  # this worker process is the runner here: the recipe's one thread per fit
     t0 = time.perf_counter()
     ctx = RunContext(quiet=True)
     fit(Config(**job["config"]), ctx)
@@ -52,21 +51,22 @@ def run_one(job: dict) -> dict:
 def exactness_results() -> dict:
     import torch
 
+    from methodlab.core.device import set_threads
     from methodlab.methods.cmcl import exactness
     from methodlab.methods.cmcl.model import dns_project
 
-    torch.set_num_threads(1)
+    set_threads(1)
     out = {"dns (bias frozen)": exactness.run("dns", train_bias=False)["ratio"],
            "dns (bias projected with I - P~)": exactness.run("dns", project_bias=True)["ratio"],
            "dns (bias trained, unprojected: official)": exactness.run("dns")["ratio"],
            "one-sided (bias frozen)": exactness.run("one_sided", train_bias=False)["ratio"],
            "vanilla (bias frozen)": exactness.run("vanilla", train_bias=False)["ratio"]}
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device="cpu").manual_seed(0)  # a host-side numerical check
     D = 64
-    U = torch.linalg.qr(torch.randn(D, 8, generator=g, dtype=torch.float64))[0]
-    V = torch.linalg.qr(torch.randn(D, 8, generator=g, dtype=torch.float64))[0]
-    G = torch.randn(D, D, generator=g, dtype=torch.float64)
-    P, Pt, eye = U @ U.T, V @ V.T, torch.eye(D, dtype=torch.float64)
+    U = torch.linalg.qr(torch.randn(D, 8, generator=g, dtype=torch.float64, device="cpu"))[0]
+    V = torch.linalg.qr(torch.randn(D, 8, generator=g, dtype=torch.float64, device="cpu"))[0]
+    G = torch.randn(D, D, generator=g, dtype=torch.float64, device="cpu")
+    P, Pt, eye = U @ U.T, V @ V.T, torch.eye(D, dtype=torch.float64, device="cpu")
     out["max abs(DNS(G) - (I-P~)G(I-P))"] = float((dns_project(G, P, Pt) - (eye - Pt) @ G @ (eye - P)).abs().max())
     return out
 

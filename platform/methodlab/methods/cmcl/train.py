@@ -7,6 +7,7 @@ trains once on the union (same optimiser, same total number of updates, one deca
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_ev
 from methodlab.methods.cmcl.config import Config
 from methodlab.methods.cmcl.data import build_tasks, modalities
 from methodlab.methods.cmcl.evaluate import evaluate_all, step_metrics, summary
-from methodlab.methods.cmcl.model import EWC, DNSState, Heads, dns_project, kept_share, one_sided_project
+from methodlab.methods.cmcl.model import EWC, DNSState, Heads, dns_project, kept_share_t, one_sided_project
 
 SLUG = "cmcl"
 
@@ -26,33 +27,65 @@ def _dtype(cfg: Config) -> torch.dtype:
     return torch.float64 if cfg.dtype == "float64" else torch.float32
 
 
+def _device(heads: Heads) -> torch.device:
+    """The heads' device: every tensor of a step is built or moved there."""
+    return next(iter(heads.W.values())).device
+
+
+def _x(a, dt: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Features (numpy, or a tensor already placed by fit) as `dt` on `device` (no copy when already there)."""
+    return torch.as_tensor(a, dtype=dt, device=device)
+
+
+def _autocast(ctx: RunContext | None):
+    import contextlib
+
+    return ctx.autocast() if ctx is not None else contextlib.nullcontext()
+
+
+def _backward(ctx: RunContext | None, loss: torch.Tensor) -> None:
+    if ctx is not None:
+        ctx.backward(loss)
+    else:
+        loss.backward()
+
+
+def _step(ctx: RunContext | None, opt) -> None:
+    if ctx is not None:
+        ctx.optimizer_step(opt)
+    else:
+        opt.step()
+
+
 def contrastive_loss(heads: Heads, a: str, b: str, xa: torch.Tensor, xb: torch.Tensor, cfg: Config) -> torch.Tensor:
     """CE over rows of L_ij = h_a(a_i)^T h_b(b_j) / tau (official: rows = canonical first modality only)."""
     logits = heads(a, xa) @ heads(b, xb).T / cfg.temperature
-    target = torch.arange(len(xa))
+    target = torch.arange(len(xa), device=logits.device)
     loss = F.cross_entropy(logits, target)
     if cfg.symmetric:
         loss = 0.5 * (loss + F.cross_entropy(logits.T, target))
     return loss
 
 
-def batches(n: int, bs: int, seed: int, t: int, epoch: int) -> list[torch.Tensor]:
-    """Deterministic per-(step, epoch) shuffles, so a resumed run repeats the same batches."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + t * 1009 + epoch)
-    perm = torch.randperm(n, generator=g)
+def batches(n: int, bs: int, seed: int, t: int, epoch: int, device=None) -> list[torch.Tensor]:
+    """Deterministic per-(step, epoch) shuffles, so a resumed run repeats the same batches; drawn on `device` (the
+    heads', None: CPU) by a generator there (the same draws as before on the CPU)."""
+    device = torch.device("cpu" if device is None else device)
+    g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + t * 1009 + epoch)
+    perm = torch.randperm(n, generator=g, device=device)
     return [perm[i:i + bs] for i in range(0, n, bs)]
 
 
 @torch.no_grad()
 def mean_train_loss(heads: Heads, task, cfg: Config) -> float:
     """Loss over fixed contiguous batches of the whole training set (the plasticity measure)."""
-    dt = _dtype(cfg)
-    xa, xb = torch.as_tensor(task.xa_train, dtype=dt), torch.as_tensor(task.xb_train, dtype=dt)
-    tot = 0.0
+    dt, dev = _dtype(cfg), _device(heads)
+    xa, xb = _x(task.xa_train, dt, dev), _x(task.xb_train, dt, dev)
+    tot = torch.zeros((), dtype=torch.float64, device=dev)  # the Python float sum, kept on the device
     for i in range(0, len(xa), cfg.batch_size):
-        tot += float(contrastive_loss(heads, task.mod_a, task.mod_b, xa[i:i + cfg.batch_size], xb[i:i + cfg.batch_size], cfg)) \
-            * len(xa[i:i + cfg.batch_size])
-    return tot / len(xa)
+        loss = contrastive_loss(heads, task.mod_a, task.mod_b, xa[i:i + cfg.batch_size], xb[i:i + cfg.batch_size], cfg)
+        tot += loss.double() * len(xa[i:i + cfg.batch_size])
+    return float(tot) / len(xa)
 
 
 def make_optimizer(params_w: list, params_b: list, cfg: Config):
@@ -74,7 +107,8 @@ def make_schedule(opt, total: int, cfg: Config):
 def surgery(heads: Heads, m: str, proj: dict, cfg: Config, shares: dict | None = None) -> None:
     """Modify the raw gradient of head m in place (before the optimizer's own scaling / decay). `shares`
     collects, per update, the share of the raw weight gradient's norm kept by the applied projection and, on
-    the same gradient, by the dual-sided (G - P~GP) and one-sided (G - GP) projections."""
+    the same gradient, by the dual-sided (G - P~GP) and one-sided (G - GP) projections (0-dim tensors on the
+    device; under fp16 the gradient is the loss-scaled one: projections are linear and the shares ratios)."""
     P, Pt = proj[m]
     if P is None:
         return
@@ -85,18 +119,22 @@ def surgery(heads: Heads, m: str, proj: dict, cfg: Config, shares: dict | None =
         G = Gd if cfg.method == "dns" else Go
         if shares is not None:
             for k, Gp in (("kept", G), ("kept_dns", Gd), ("kept_one_sided", Go)):
-                shares.setdefault(f"{k}_{m}", []).append(kept_share(G0, Gp))
+                shares.setdefault(f"{k}_{m}", []).append(kept_share_t(G0, Gp))
         W.grad.copy_(G.to(W.grad.dtype))
     if cfg.project_bias and cfg.method == "dns" and b.grad is not None:  # Delta s = y_old^T Delta b
         g = b.grad.to(torch.float64)
         b.grad.copy_((g - Pt @ g).to(b.grad.dtype))
 
 
-def train_step(heads: Heads, task, t: int, cfg: Config, state: DNSState, ewc: EWC) -> dict:
-    """One continual step. Returns its losses and projector ranks."""
+def train_step(heads: Heads, task, t: int, cfg: Config, state: DNSState, ewc: EWC,
+               ctx: RunContext | None = None, model=None) -> dict:
+    """One continual step on the heads' device. Returns its losses and projector ranks. With `ctx`, the forward
+    runs under its autocast and the update goes through its backward / optimizer_step (GradScaler under fp16);
+    `model` is the prepared (possibly compiled) module the training forward goes through (default: `heads`)."""
+    model = heads if model is None else model
     a, b = task.mod_a, task.mod_b
-    dt = _dtype(cfg)
-    xa, xb = torch.as_tensor(task.xa_train, dtype=dt), torch.as_tensor(task.xb_train, dtype=dt)
+    dt, dev = _dtype(cfg), _device(heads)
+    xa, xb = _x(task.xa_train, dt, dev), _x(task.xb_train, dt, dev)
     info: dict = {}
     proj = {a: (None, None), b: (None, None)}
     if cfg.method in ("dns", "one_sided"):  # frozen for the whole step, from steps < t only
@@ -112,30 +150,35 @@ def train_step(heads: Heads, task, t: int, cfg: Config, state: DNSState, ewc: EW
     opt = make_optimizer(pw, pb, cfg)
     sched = make_schedule(opt, total, cfg)
     info["train/loss_start"] = mean_train_loss(heads, task, cfg)
-    epoch_losses, batch_losses = [], []
-    shares: dict[str, list[float]] = {}
+    epoch_losses = []  # per epoch, summed on the device (float64, as the Python float sums they replace)
+    batch_first = batch_last = None  # the step's first and last mini-batch losses (device tensors)
+    shares: dict[str, list[torch.Tensor]] = {}
     for epoch in range(cfg.epochs):
-        run = 0.0
-        for idx in batches(len(xa), cfg.batch_size, cfg.seed, t, epoch):
-            loss = contrastive_loss(heads, a, b, xa[idx], xb[idx], cfg)
+        run = torch.zeros((), dtype=torch.float64, device=dev)
+        for idx in batches(len(xa), cfg.batch_size, cfg.seed, t, epoch, dev):
+            with _autocast(ctx):
+                loss = contrastive_loss(model, a, b, xa[idx], xb[idx], cfg)  # float32 (or float64) CE
             pen = ewc.penalty(heads, (a, b), cfg.ewc_lambda) if cfg.method == "ewc" else None
             opt.zero_grad(set_to_none=True)
-            (loss if pen is None else loss + pen).backward()
+            _backward(ctx, loss if pen is None else loss + pen)
             for m in (a, b):
                 surgery(heads, m, proj, cfg, shares)
-            opt.step()
+            _step(ctx, opt)
             sched.step()
-            run += float(loss.detach()) * len(idx)
-            batch_losses.append(float(loss.detach()))
-        epoch_losses.append(run / len(xa))
-    # mean over the step's updates of ||projected G|| / ||G|| per head (absent: that head is not projected)
-    info.update({f"grad/{k}": float(np.mean(v)) for k, v in shares.items()})
+            run += loss.detach().double() * len(idx)
+            batch_last = loss.detach()
+            batch_first = batch_last if batch_first is None else batch_first
+        epoch_losses.append(run)
+    # mean over the step's updates of ||projected G|| / ||G|| per head (absent: that head is not projected);
+    # the values are read here, once per continual step (numpy's mean over them, as before)
+    info.update({f"grad/{k}": float(np.mean(torch.stack(v).cpu().numpy())) for k, v in shares.items()})
     info["train/loss_end"] = mean_train_loss(heads, task, cfg)
     info["train/loss_drop"] = 1.0 - info["train/loss_end"] / max(info["train/loss_start"], 1e-12)
-    info["train/epoch_loss_first"], info["train/epoch_loss_last"] = epoch_losses[0], epoch_losses[-1]
+    info["train/epoch_loss_first"] = float(epoch_losses[0]) / len(xa)
+    info["train/epoch_loss_last"] = float(epoch_losses[-1]) / len(xa)
     # first vs last mini-batch of the step: NOT a plasticity measure when the last batch is a small remainder
     # (fewer in-batch negatives, lower CE); kept to show why the spec's prototype figure is not used as one.
-    info["train/batch_loss_first"], info["train/batch_loss_last"] = batch_losses[0], batch_losses[-1]
+    info["train/batch_loss_first"], info["train/batch_loss_last"] = float(batch_first), float(batch_last)
     if cfg.method == "ewc":
         ewc.consolidate(heads, (a, b), fisher_diag(heads, task, cfg, xa, xb, t))
     state.update(heads, a, b, xa, xb)
@@ -145,7 +188,7 @@ def train_step(heads: Heads, task, t: int, cfg: Config, state: DNSState, ewc: EW
 def fisher_diag(heads: Heads, task, cfg: Config, xa, xb, t: int) -> dict[str, torch.Tensor]:
     a, b = task.mod_a, task.mod_b
     sq = {f"{k}.{m}": torch.zeros_like(p) for m in (a, b) for k, p in (("W", heads.W[m]), ("b", heads.b[m]))}
-    bl = batches(len(xa), cfg.batch_size, cfg.seed, t, 10_000)
+    bl = batches(len(xa), cfg.batch_size, cfg.seed, t, 10_000, _device(heads))
     for idx in bl:
         heads.zero_grad(set_to_none=True)
         contrastive_loss(heads, a, b, xa[idx], xb[idx], cfg).backward()
@@ -174,16 +217,30 @@ def class_banks(tasks) -> dict:
     return {"names": names, "features": np.concatenate(out_feats).tolist()}
 
 
+def placed(task, dt: torch.dtype, device) -> object:
+    """The step's feature matrices as `dt` tensors on `device`, copied once per run (labels, class bank: host)."""
+    return replace(task, **{k: _x(getattr(task, k), dt, device) for k in ("xa_train", "xb_train", "xa_test", "xb_test")})
+
+
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
+    if cfg.dtype == "float64" and ctx.precision != "fp32":
+        from methodlab.core import ConfigError
+
+        raise ConfigError(f"dtype=float64 (the exactness setting) cannot run under precision {ctx.precision}: "
+                          "autocast would compute the heads in half precision", field="config.dtype")
     seed_everything(cfg.seed)
-    tasks = build_tasks(cfg, log=None if ctx.quiet else print)
+    dev = ctx.device
+    host_tasks = build_tasks(cfg, log=None if ctx.quiet else print)
+    tasks = [placed(t, _dtype(cfg), dev) for t in host_tasks]  # the feature pools on the run's device
     mods = modalities(tasks)
-    heads = Heads(mods, cfg.dim, _dtype(cfg))
+    with ctx.init_module():
+        heads = Heads(mods, cfg.dim, _dtype(cfg), device=dev)
     for m in mods:
         heads.b[m].requires_grad_(cfg.train_bias)
-    state = DNSState(mods, cfg.dim, cfg.per_modality_counts, cfg.center_features)
+    model = ctx.prepare_model(heads)  # the training forward (compiled when asked); `heads` for surgery and eval
+    heads = ctx.unwrap(model)
+    state = DNSState(mods, cfg.dim, cfg.per_modality_counts, cfg.center_features, device=dev)
     ewc = EWC()
     T = len(tasks)
     matrix: list[list[dict]] = [evaluate_all(heads, tasks, cfg)]  # row 0: the untrained heads
@@ -193,7 +250,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         ck = load_checkpoint(ctx.checkpoint, method=SLUG)
         heads.load_state_dict({k[len("head."):]: v for k, v in ck.weights.items() if k.startswith("head.")})
         state.load(ck.weights, ck.extras["dns"])
-        ewc.load(ck.weights)
+        ewc.load(ck.weights, dev)
         matrix, losses = ck.extras["matrix"], ck.extras["losses"]
         done = int(ck.state["step"])
         ctx.history[:] = list(ck.extras.get("history", []))
@@ -207,20 +264,20 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             save_checkpoint(d, method=SLUG, config=cfg, weights=weights,
                             state={"step": step, "final": final, "metrics": ctx.history[-1] if ctx.history else {}},
                             extras={"dns": state.state_json(), "matrix": matrix, "losses": losses,
-                                    "history": ctx.history, "class_bank": class_banks(tasks),
+                                    "history": ctx.history, "class_bank": class_banks(host_tasks),
                                     "modalities": mods, "tasks": [[t.name, t.mod_a, t.mod_b] for t in tasks]})
         return write
 
     if cfg.method == "joint":
         if done < T:
-            losses.append(train_joint(heads, tasks, cfg))
+            losses.append(train_joint(heads, tasks, cfg, ctx, model))
             matrix = [matrix[0], evaluate_all(heads, tasks, cfg)]
         metrics = {"step": T, **_summary_all(matrix[1], T), **untrained, **losses[-1]}
         ctx.report(metrics, checkpoint=writer(T, True))
         return ctx.history[-1]
 
     for t in range(done + 1, T + 1):
-        info = train_step(heads, tasks[t - 1], t, cfg, state, ewc)
+        info = train_step(heads, tasks[t - 1], t, cfg, state, ewc, ctx, model)
         matrix.append(evaluate_all(heads, tasks, cfg))
         losses.append({k: v for k, v in info.items() if k.startswith("train/")})
         metrics = {"step": t, **step_metrics(matrix, t), **untrained, **info,
@@ -241,12 +298,12 @@ def _untrained(row: list[dict], T: int) -> dict:
     return {k.replace("eval/", "untrained/"): v for k, v in _summary_all(row, T).items() if k != "eval/pool"}
 
 
-def train_joint(heads: Heads, tasks, cfg: Config) -> dict:
+def train_joint(heads: Heads, tasks, cfg: Config, ctx: RunContext | None = None, model=None) -> dict:
     """Upper reference: each batch from one step's pair, pairs drawn in proportion to their size; the same
     total number of updates as the sequential run (epochs x batches per step, summed) and one linear decay."""
-    dt = _dtype(cfg)
-    data = [(t.mod_a, t.mod_b, torch.as_tensor(t.xa_train, dtype=dt), torch.as_tensor(t.xb_train, dtype=dt))
-            for t in tasks]
+    dt, dev = _dtype(cfg), _device(heads)
+    model = heads if model is None else model
+    data = [(t.mod_a, t.mod_b, _x(t.xa_train, dt, dev), _x(t.xb_train, dt, dev)) for t in tasks]
     sizes = np.array([len(d[2]) for d in data], dtype=float)
     total = int(sum(math.ceil(n / cfg.batch_size) * cfg.epochs for n in sizes))
     pw = [heads.W[m] for m in heads.modalities]
@@ -261,13 +318,15 @@ def train_joint(heads: Heads, tasks, cfg: Config) -> dict:
     for k in range(total):
         j = int(choice[k])
         if not queues[j]:
-            queues[j] = batches(int(sizes[j]), cfg.batch_size, cfg.seed, 10_000 + j, epochs[j])
+            queues[j] = batches(int(sizes[j]), cfg.batch_size, cfg.seed, 10_000 + j, epochs[j], dev)
             epochs[j] += 1
         idx = queues[j].pop(0)
         a, b, xa, xb = data[j]
         opt.zero_grad(set_to_none=True)
-        contrastive_loss(heads, a, b, xa[idx], xb[idx], cfg).backward()
-        opt.step()
+        with _autocast(ctx):
+            loss = contrastive_loss(model, a, b, xa[idx], xb[idx], cfg)
+        _backward(ctx, loss)
+        _step(ctx, opt)
         sched.step()
     end = float(np.mean([mean_train_loss(heads, t, cfg) for t in tasks]))
     return {"train/loss_start": start, "train/loss_end": end, "train/loss_drop": 1.0 - end / max(start, 1e-12),

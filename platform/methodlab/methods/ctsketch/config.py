@@ -27,6 +27,7 @@ def _pow2(n: int) -> bool:
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "val/digit_acc"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("val/digit_acc", "val/task_acc", "eval/task_acc", "train/loss")
     smoke: ClassVar[dict] = {"dataset": "digits8x8", "N": 4, "n_train_seq": 500, "n_val_seq": 100, "n_test_seq": 100,
                              "max_steps": 300, "eval_every_steps": 150, "checkpoint_every": 150, "log_every": 150,
                              "time_budget_s": None, "curriculum": None}
@@ -71,7 +72,8 @@ class Config(MethodConfig):
     eval_every_s: float | None = Field(None, gt=0.0, description="Also evaluate every this many seconds of training.")
     log_every: int = Field(500, ge=1, description="Steps between reports without evaluation.")
     checkpoint_every: int = Field(2000, ge=1, description="Steps between checkpoints.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads "
+                                      "(scaling.cpus_per_worker) for this run; None: the runner's count.")
 
     @model_validator(mode="after")
     def _check(self):

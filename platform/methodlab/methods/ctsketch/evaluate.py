@@ -17,7 +17,8 @@ def pool_probs(net, x: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
 
 def n4_sequences(cfg, labels: torch.Tensor) -> Sequences:
     """1,000 fixed N = 4 test sequences (Claim A's task accuracy at sum-4 / Claim E's max-4)."""
-    return sample_sequences(labels, 1000, 4, cfg.task, torch.Generator().manual_seed(cfg.seed + 777))
+    gen = torch.Generator(device=labels.device).manual_seed(cfg.seed + 777)
+    return sample_sequences(labels, 1000, 4, cfg.task, gen)
 
 
 @torch.no_grad()
@@ -31,7 +32,7 @@ def evaluate(cfg, net, pools, seqs: dict, tree, n4: Sequences | None = None, wit
         sel = pools.y_test == c
         m[f"eval/class_acc_{c}"] = float((pred[sel] == c).float().mean()) if sel.any() else float("nan")
         if sel.any():  # what an expected-sum loss sees of class c: the mean of E_p[digit], and where argmax sends it
-            m[f"eval/class_mean_{c}"] = float((pt[sel] @ torch.arange(10, dtype=pt.dtype)).mean())
+            m[f"eval/class_mean_{c}"] = float((pt[sel] @ torch.arange(10, dtype=pt.dtype, device=pt.device)).mean())
             m[f"eval/class_top_{c}"] = int(torch.bincount(pred[sel], minlength=10).argmax())
     te = seqs["test"]
     m["eval/task_acc"] = float((program(cfg.task, pred[te.idx]) == te.target).float().mean())

@@ -53,9 +53,9 @@ def build_net(kind: str, side: int) -> nn.Module:
 def digit_probs(net: nn.Module, pool: torch.Tensor, idx: torch.Tensor, distinct: bool = True) -> torch.Tensor:
     """Softmax outputs for the images pool[idx] ([B, N] indices -> [B, N, 10]). With `distinct`, the net runs once
     per distinct image and the results are gathered into the N slots: the same maths, far fewer forward passes
-    when N x B draws come from a small pool."""
+    when N x B draws come from a small pool. The softmax is taken in float32 (the net may run under autocast)."""
     if distinct:
         uniq, inv = torch.unique(idx, return_inverse=True)
-        return torch.softmax(net(pool[uniq]), -1)[inv]
+        return torch.softmax(net(pool[uniq]).float(), -1)[inv]
     b, n = idx.shape
-    return torch.softmax(net(pool[idx.reshape(-1)]), -1).reshape(b, n, 10)
+    return torch.softmax(net(pool[idx.reshape(-1)]).float(), -1).reshape(b, n, 10)

@@ -44,19 +44,23 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, cfg: Config, net, side: int, version: str):
-        self.cfg, self.net, self.side, self.version = cfg, net.eval(), side, version
+    def __init__(self, cfg: Config, net, side: int, version: str, device=None):
+        self.device = torch.device("cpu" if device is None else device)
+        self.cfg, self.net, self.side, self.version = cfg, net.to(self.device).eval(), side, version
         self._trees: dict = {}
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """Weights loaded onto `device` (None: CPU; a str or torch.device); the sketches live there too."""
+        device = torch.device("cpu" if device is None else device)
         ck = load_checkpoint(directory, method="ctsketch")
         cfg = Config.model_validate(ck.config)
         side = int(ck.state.get("side", 8 if cfg.dataset == "digits8x8" else 28))
-        net = build_net(cfg.net_kind, side)
+        with device:
+            net = build_net(cfg.net_kind, side)
         pre = "best." if any(k.startswith("best.") for k in ck.weights) else "net."  # best-validation weights
         net.load_state_dict({k[len(pre):]: v for k, v in ck.weights.items() if k.startswith(pre)})
-        return cls(cfg, net, side, f"ctsketch-{cfg.task}-N{cfg.N}-step{ck.state.get('step', 0)}")
+        return cls(cfg, net, side, f"ctsketch-{cfg.task}-N{cfg.N}-step{ck.state.get('step', 0)}", device)
 
     def input_model(self) -> type[BaseModel]:
         """This checkpoint's request: 1..N images of side x side pixels (flat), the program optional."""
@@ -71,8 +75,8 @@ class Predictor:
     @staticmethod
     def example_inputs(cfg: Config) -> list[Input]:
         side = 8 if cfg.dataset == "digits8x8" else 28
-        g = torch.Generator().manual_seed(0)
-        imgs = torch.rand(3, side, side, generator=g)
+        g = torch.Generator(device="cpu").manual_seed(0)
+        imgs = torch.rand(3, side, side, generator=g, device="cpu")  # host data: request payloads
         return [Input(images=[im.reshape(-1).tolist() for im in imgs]),
                 Input(images=[im.tolist() for im in imgs[:2]], program="max")]
 
@@ -90,7 +94,7 @@ class Predictor:
                     raise FieldError(where, f"expected {s * s} pixels ({s}x{s}, this checkpoint's size), got {len(im)}")
                 flat = im
             out.append(flat)
-        t = torch.tensor(out, dtype=torch.float32).reshape(-1, s, s)
+        t = torch.tensor(out, dtype=torch.float32, device="cpu").reshape(-1, s, s)  # validated on the host
         if not torch.isfinite(t).all():
             raise FieldError(f"[{i}].images", "pixels must be finite")
         return normalise(t, self.cfg.dataset)
@@ -100,7 +104,7 @@ class Predictor:
         if key not in self._trees:
             c = self.cfg
             rank = c.rank if (c.rank is not None and task == c.task) else (2 if task == "sum_N" else 10)
-            self._trees[key] = make_tree(task, n, c.method, rank, c.sketch_seed, c.sigma_floor)
+            self._trees[key] = make_tree(task, n, c.method, rank, c.sketch_seed, c.sigma_floor, device=self.device)
         return self._trees[key]
 
     @torch.no_grad()
@@ -110,7 +114,7 @@ class Predictor:
         digits = p.argmax(-1)
         n = len(digits)
         n2 = max(2, 1 << (n - 1).bit_length())
-        pad = torch.zeros(n2 - n, 10)
+        pad = torch.zeros(n2 - n, 10, device=self.device)
         pad[:, 0] = 1.0  # one-hot zero digits: neutral for sum and max
         tree = self._tree(task, n2)
         out = tree(torch.cat([p, pad])[None])
@@ -122,5 +126,8 @@ class Predictor:
                       sketch_rel_error=float(max(tree.rel_errors)), model_version=self.version)
 
     def __call__(self, inputs: list[Input]) -> list[Output]:
-        xs = [self._pixels(i, x) for i, x in enumerate(inputs)]
+        xs = [self._pixels(i, x) for i, x in enumerate(inputs)]  # host tensors, checked per request
+        if xs:  # one copy of the batch's pixels to the device, split back per request
+            sizes = [len(x) for x in xs]
+            xs = list(torch.cat(xs).to(self.device).split(sizes))
         return [self._one(x, inp.program) for x, inp in zip(xs, inputs)]

@@ -76,13 +76,12 @@ def run_one(job: dict) -> dict:
         cached = json.loads(path.read_text())
         if cached.get("config") == json.loads(json.dumps(job["config"])):  # same run; a changed recipe reruns
             return cached
-    import torch
-
     from methodlab.core import RunContext
+    from methodlab.core.device import set_threads
     from methodlab.methods.ctsketch.config import Config
     from methodlab.methods.ctsketch.train import fit
 
-    torch.set_num_threads(1)
+    set_threads(1)  # this process is the runner here: one thread per run, the recipe's (two runs in parallel)
     cfg = Config.model_validate(job["config"])
     ctx = RunContext(quiet=True)
     t0 = time.perf_counter()

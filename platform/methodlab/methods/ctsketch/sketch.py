@@ -7,7 +7,8 @@ T[a, b, y] = 1[c(a, b) = y] (categorical output). The sketch replaces T by
   cp:     sum_r lam_r a_r (x) b_r [(x) c_r]                          (ALS, best of two inits)
   tucker: core G (R x R [x R]) with factors U_k                       (truncated HOSVD)
 and contract(P, Q) = T x_1 P x_2 Q costs O(d R^2) per pair instead of O(d^2). Cores are float64 numpy at build
-time (error measured there) and float32 torch constants in the forward pass (never trained)."""
+time (error measured there) and float32 torch constants in the forward pass (never trained), placed once on the
+device of the run (`Sketch.to(device)`, or on first use on the inputs' device)."""
 
 from __future__ import annotations
 
@@ -78,27 +79,39 @@ class Sketch:
             return np.einsum("xyz,ax,by,kz->abk", p["core"], p["U0"], p["U1"], p["U2"])
         return np.einsum("xy,ax,by->ab", p["core"], p["U0"], p["U1"])
 
-    def t(self, name: str) -> torch.Tensor:
-        if name not in self._torch:
-            self._torch[name] = torch.from_numpy(np.ascontiguousarray(self.parts[name])).float()
-        return self._torch[name]
+    def t(self, name: str, device=None) -> torch.Tensor:
+        """Part `name` as a float32 torch constant on `device` (None: CPU), copied there once and cached."""
+        device = torch.device("cpu" if device is None else device)
+        key = (name, str(device))
+        if key not in self._torch:
+            host = torch.from_numpy(np.ascontiguousarray(self.parts[name])).float()
+            self._torch[key] = host.to(device)
+        return self._torch[key]
+
+    def to(self, device) -> "Sketch":
+        """Place every part on `device` now (the forward pass then finds them there)."""
+        for name in self.parts:
+            self.t(name, device)
+        return self
 
     def contract(self, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
-        """T_hat x_1 P x_2 Q for batches P, Q [..., d] -> [...] (numeric) or [..., K] (categorical)."""
+        """T_hat x_1 P x_2 Q for batches P, Q [..., d] -> [...] (numeric) or [..., K] (categorical), on P's device."""
+        dev = P.device
+        t = lambda name: self.t(name, dev)  # noqa: E731
         if self.method == "tt":
-            v = P @ self.t("G1")[0]  # [..., R1]
-            g2 = self.t("G2")  # R1 x d x R2
+            v = P @ t("G1")[0]  # [..., R1]
+            g2 = t("G2")  # R1 x d x R2
             w = torch.einsum("...r,...d,rds->...s", v, Q, g2)
             if self.categorical:
-                return w @ self.t("G3")[:, :, 0]
+                return w @ t("G3")[:, :, 0]
             return w[..., 0]
         if self.method == "cp":
-            z = (P @ self.t("F0")) * (Q @ self.t("F1")) * self.t("lam")
-            return z @ self.t("F2").T if self.categorical else z.sum(-1)
-        pa, qb = P @ self.t("U0"), Q @ self.t("U1")
+            z = (P @ t("F0")) * (Q @ t("F1")) * t("lam")
+            return z @ t("F2").T if self.categorical else z.sum(-1)
+        pa, qb = P @ t("U0"), Q @ t("U1")
         if self.categorical:
-            return torch.einsum("...x,...y,xyz,kz->...k", pa, qb, self.t("core"), self.t("U2"))
-        return torch.einsum("...x,...y,xy->...", pa, qb, self.t("core"))
+            return torch.einsum("...x,...y,xyz,kz->...k", pa, qb, t("core"), t("U2"))
+        return torch.einsum("...x,...y,xy->...", pa, qb, t("core"))
 
 
 def _rel_error(T: np.ndarray, sk: Sketch) -> float:

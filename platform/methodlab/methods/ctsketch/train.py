@@ -57,20 +57,21 @@ def _tree(cfg: Config, n: int, ctx: RunContext | None = None):
     if cfg.algorithm != "ctsketch":
         return None  # the baselines compute their own output distributions
     progress = ctx.progress if ctx is not None else (lambda items, **_: items)
-    return make_tree(cfg.task, n, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, progress)
+    device = ctx.device if ctx is not None else None
+    return make_tree(cfg.task, n, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, progress, device)
 
 
 def fit_sketch_only(cfg: Config, ctx: RunContext) -> dict:
     """Setting `sketch_only`: build the sketches of every level, report their relative errors and build time."""
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     t0 = time.perf_counter()
-    tree = make_tree(cfg.task, cfg.N, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, ctx.progress)
+    tree = make_tree(cfg.task, cfg.N, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, ctx.progress,
+                     ctx.device)
     build = time.perf_counter() - t0
     errs = tree.rel_errors
     m = {"step": 0, "sketch/build_s": build, "sketch/rel_err_max": max(errs), "val/digit_acc": float("nan"),
          **{f"sketch/rel_err_l{l}": e for l, e in enumerate(errs)}}
-    weights = {f"sketch.l{l}.{k}": torch.from_numpy(v.copy())
+    weights = {f"sketch.l{l}.{k}": torch.from_numpy(v.copy())  # host copies of the numpy cores (checkpoint)
                for l, sk in enumerate(getattr(tree, "sketches", [getattr(tree, "sketch", None)])) for k, v in sk.parts.items()}
 
     def write(d: Path) -> None:
@@ -86,20 +87,19 @@ def _agree_across_ranks(flags: list[bool], ctx: RunContext) -> list[bool]:
     report (a barrier in Ray Train) on one rank only hangs the run. Any rank's flag counts for all."""
     if ctx.world_size == 1:
         return flags
-    import torch.distributed as dist
-
-    t = torch.tensor([float(f) for f in flags])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return [bool(x) for x in t]
+    t = torch.tensor([float(f) for f in flags], dtype=torch.float32, device=ctx.device)
+    ctx.all_reduce(t, op="sum")  # logical OR: set on any rank <=> sum > 0
+    return [x > 0.0 for x in t.tolist()]
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
-    pools = load_pools(cfg.dataset, cfg.data_root, cfg.split_seed)
-    net = build_net(cfg.net_kind, pools.side)
+    pools = load_pools(cfg.dataset, cfg.data_root, cfg.split_seed, device=ctx.device)
+    with ctx.init_module():
+        net = build_net(cfg.net_kind, pools.side)
     model = ctx.prepare_model(net)
+    net = ctx.unwrap(model)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     stages = cfg.stages()
     spe = [max(1, math.ceil(cfg.n_train_seq / cfg.batch_size)) for _ in stages]  # steps per epoch
@@ -124,7 +124,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         best, last_eval, stage_log = ck.state.get("best"), ck.state.get("last_eval", {}), ck.state.get("stages", [])
         ctx.history[:] = list(ck.extras.get("history", []))
 
-    n4 = n4_sequences(cfg, pools.y_test)
+    n4 = n4_sequences(cfg, pools.y_test)  # on the pools' device, as every sequence set
     trees, seq_cache, sketch_s = {}, {}, 0.0
 
     def stage_data(i: int):
@@ -145,8 +145,10 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         m["time/eval_s"] = time.perf_counter() - t0
         return m
 
-    gen = torch.Generator()
-    loss_sum, loss_n, next_eval_t = 0.0, 0, (cfg.eval_every_s or math.inf)
+    gen = torch.Generator(device=ctx.device)  # batch order, fresh sequences and IndeCateR samples, where they are used
+    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)  # summed on the device (float64, as the
+    # Python float sum it replaces); read at report time only
+    loss_n, next_eval_t = 0, (cfg.eval_every_s or math.inf)
     if cfg.eval_every_s:
         next_eval_t = (math.floor(train_s / cfg.eval_every_s) + 1) * cfg.eval_every_s
     while True:
@@ -169,19 +171,19 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         else:
             e, pos = divmod(step - a, spe[i])
             gen.manual_seed(cfg.seed * 1_000_003 + i * 10_007 + e)
-            perm = torch.randperm(cfg.n_train_seq, generator=gen)[pos * cfg.batch_size:(pos + 1) * cfg.batch_size]
+            perm = torch.randperm(cfg.n_train_seq, generator=gen, device=ctx.device)
+            perm = perm[pos * cfg.batch_size:(pos + 1) * cfg.batch_size]
             idx, target = seqs["train"].idx[perm], seqs["train"].target[perm]
         idx, target = idx[ctx.rank::ctx.world_size], target[ctx.rank::ctx.world_size]  # data-parallel shard
-        probs = digit_probs(model, pools.x_train, idx, cfg.distinct_images)
-        loss = sequence_loss(cfg, tree, probs, target, gen)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {float(loss)} at step {step} (stage N={stages[i].N})")
+        with ctx.autocast():  # the perception net; probabilities come out in float32
+            probs = digit_probs(model, pools.x_train, idx, cfg.distinct_images)
+        loss = sequence_loss(cfg, tree, probs, target, gen)  # the tree and the loss in float32
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        ctx.backward(loss)
+        ctx.optimizer_step(opt)
         step += 1
         train_s += time.perf_counter() - t0
-        loss_sum, loss_n = loss_sum + float(loss.detach()), loss_n + 1
+        loss_sum, loss_n = loss_sum + loss.detach().double(), loss_n + 1
         done = step >= bounds[-1][1] or (cfg.time_budget_s is not None and train_s >= cfg.time_budget_s)
         timed = cfg.eval_every_s is not None and train_s >= next_eval_t
         if cfg.time_budget_s is not None or cfg.eval_every_s is not None:  # step-only decisions agree already
@@ -191,10 +193,14 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             continue
         if timed:
             next_eval_t = (math.floor(train_s / cfg.eval_every_s) + 1) * cfg.eval_every_s
+        mean_loss = float(loss_sum) / max(1, loss_n)  # the one read of the window's losses
+        if not math.isfinite(mean_loss):  # any non-finite step loss makes the window's sum non-finite
+            raise FloatingPointError(f"non-finite loss {mean_loss} in steps {step - loss_n + 1}..{step} "
+                                     f"(stage N={stages[i].N})")
         m = {"step": step, "epoch": (step - a) / spe[i], "stage": i, "N": stages[i].N,
-             "train/loss": loss_sum / max(1, loss_n), "time/train_s": train_s, "time/sketch_s": sketch_s,
+             "train/loss": mean_loss, "time/train_s": train_s, "time/sketch_s": sketch_s,
              "sketch/rel_err_max": max(tree.rel_errors) if tree is not None else float("nan")}
-        loss_sum, loss_n = 0.0, 0
+        loss_sum, loss_n = torch.zeros((), dtype=torch.float64, device=ctx.device), 0
         if evaluate_now:
             last_eval = do_eval(i)
             key = select_key(cfg, stages[i].N)

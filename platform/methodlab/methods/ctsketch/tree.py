@@ -9,6 +9,7 @@ directly (rank 10 is exact; a lossy sketch is clamped at 0 and renormalised)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -35,12 +36,15 @@ def depth_of(n: int) -> int:
 
 class SumTree:
     def __init__(self, n: int, method: str = "tt", rank: int = 2, seed: int = 1234, sigma_floor: float = 4.0,
-                 progress=_no_progress):
+                 progress=_no_progress, device=None):
         self.n, self.depth, self.sigma_floor = n, depth_of(n), sigma_floor
         self.dims = level_dims(self.depth)
         # one sketch per level; the top levels of N = 1024 (d up to 4,609) take most of the ~20 s
         levels = progress(self.dims[:-1], total=self.depth, desc=f"sketching the {n}-digit sum tree", unit="level")
         self.sketches: list[Sketch] = [build_sketch("sum", d, method, rank, seed) for d in levels]
+        if device is not None:  # the cores live on the run's device (copied once, here)
+            for sk in self.sketches:
+                sk.to(device)
 
     @property
     def rel_errors(self) -> list[float]:
@@ -50,7 +54,7 @@ class SumTree:
         # [RECON] sigma keeps its graph (official: Python max of a tensor and the floor); it only matters while
         # max(P_first) < 1/sigma_floor, i.e. early in training.
         sigma = torch.clamp(1.0 / first.amax(dim=(0, 2)), min=self.sigma_floor)  # [pairs]
-        grid = torch.arange(size, dtype=mu.dtype)
+        grid = torch.arange(size, dtype=mu.dtype, device=mu.device)
         logits = -(grid - mu[..., None]) ** 2 / sigma[:, None]
         return torch.softmax(logits, dim=-1)  # = exp(.) / sum exp(.), the L1 normalisation, overflow-safe
 
@@ -68,9 +72,11 @@ class SumTree:
 
 
 class MaxTree:
-    def __init__(self, n: int, method: str = "tt", rank: int = 10, seed: int = 1234):
+    def __init__(self, n: int, method: str = "tt", rank: int = 10, seed: int = 1234, device=None):
         self.n, self.depth = n, depth_of(n)
         self.sketch = build_sketch("max", 10, method, rank, seed)
+        if device is not None:
+            self.sketch.to(device)
         self.lossy = self.sketch.rel_error > 1e-6
 
     @property
@@ -88,16 +94,18 @@ class MaxTree:
         return x[:, 0]
 
 
-def make_tree(task: str, n: int, method: str, rank: int, seed: int, sigma_floor: float, progress=_no_progress):
-    """`progress(iterable, total=, desc=, unit=)` wraps the per-level sketching (RunContext.progress in a run)."""
+def make_tree(task: str, n: int, method: str, rank: int, seed: int, sigma_floor: float, progress=_no_progress,
+              device=None):
+    """`progress(iterable, total=, desc=, unit=)` wraps the per-level sketching (RunContext.progress in a run);
+    the sketches' torch cores are placed on `device` (the run's) once."""
     if task == "sum_N":
-        return SumTree(n, method, rank, seed, sigma_floor, progress)
-    return MaxTree(n, method, rank, seed)
+        return SumTree(n, method, rank, seed, sigma_floor, progress, device)
+    return MaxTree(n, method, rank, seed, device)
 
 
 def expected_output(task: str, out: torch.Tensor) -> torch.Tensor:
     """Tree output -> expected program output (the sum tree already returns it)."""
-    return out if task == "sum_N" else out @ torch.arange(10, dtype=out.dtype)
+    return out if task == "sum_N" else out @ torch.arange(10, dtype=out.dtype, device=out.device)
 
 
 # ------------------------------------------------------------------------------------------- baselines
@@ -107,10 +115,17 @@ def exact_joint_dist(probs: torch.Tensor, task: str) -> torch.Tensor:
     joint = probs[:, 0]
     for i in range(1, n):
         joint = (joint[:, :, None] * probs[:, i, None, :]).reshape(b, -1)
+    k = 9 * n + 1 if task == "sum_N" else 10
+    out = _joint_outputs(n, d, task, str(probs.device))
+    return torch.zeros(b, k, dtype=probs.dtype, device=probs.device).index_add(1, out, joint)
+
+
+@functools.lru_cache(maxsize=16)
+def _joint_outputs(n: int, d: int, task: str, device: str) -> torch.Tensor:
+    """Program output of each of the d^n joint combinations (row-major), on `device` (built once)."""
     combos = np.indices((d,) * n).reshape(n, -1)
     out = combos.sum(0) if task == "sum_N" else combos.max(0)
-    k = 9 * n + 1 if task == "sum_N" else 10
-    return torch.zeros(b, k, dtype=probs.dtype).index_add(1, torch.from_numpy(out), joint)
+    return torch.from_numpy(out).to(device)
 
 
 def conv_sum_dist(probs: torch.Tensor) -> torch.Tensor:
@@ -138,7 +153,7 @@ def indecater_loss(probs: torch.Tensor, target: torch.Tensor, task: str, samples
     with torch.no_grad():
         s = torch.multinomial(probs.reshape(-1, d), samples, replacement=True, generator=gen)
         s = s.reshape(b, n, samples).transpose(1, 2)  # [B, S, N]
-        vals = torch.arange(d)
+        vals = torch.arange(d, device=probs.device)
         if task == "sum_N":
             rest = s.sum(-1, keepdim=True) - s  # [B, S, N]: sum of the other positions
             out = rest[..., None] + vals  # [B, S, N, d]
@@ -157,7 +172,8 @@ def sequence_loss(cfg, tree, probs: torch.Tensor, target: torch.Tensor, gen: tor
     """Training loss of one batch for the configured algorithm (ctsketch or a baseline)."""
     t = target.to(probs.dtype)
     if cfg.algorithm == "indecater":
-        return indecater_loss(probs, target, cfg.task, cfg.indecater_samples, gen or torch.Generator().manual_seed(0))
+        gen = gen if gen is not None else torch.Generator(device=probs.device).manual_seed(0)
+        return indecater_loss(probs, target, cfg.task, cfg.indecater_samples, gen)
     if cfg.algorithm == "ctsketch" and cfg.task == "sum_N":
         yhat = tree(probs)
         if cfg.loss == "l1":

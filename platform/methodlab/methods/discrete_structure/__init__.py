@@ -16,4 +16,11 @@ SPEC = MethodSpec(
               "benchmark": f"{_PKG}.benchmark:fit_benchmark",
               "equivalence_class": f"{_PKG}.train:fit_equivalence_class"},
     family="causal",
+    # GPU-capable (the design, the path and Adam's state live on ctx.device); speed on a GPU is not measured yet
+    precisions=("fp32",),
+    precision_note="the learner is float64 throughout (DAGMA's log-det with its M-matrix domain test, NOTEARS' "
+                   "matrix exponential, a 1e-6 relative convergence test): half precision cannot carry it, and "
+                   "autocast leaves float64 ops untouched anyway",
+    no_compile="no torch module: the path optimises raw float64 tensors (B, b) with host-side branches per step "
+               "(domain restarts, stage switches, convergence checks) and L-BFGS refits",
 )

@@ -24,13 +24,13 @@ def model_overrides(model: str, K: int | None) -> dict:
             "pc": {"model": "pc"}, "ges": {"model": "ges"}}[model]
 
 
-def run_cell(base: dict, mechanism: str, d: int, n: int, seed: int, model: str) -> dict:
+def run_cell(base: dict, mechanism: str, d: int, n: int, seed: int, model: str, device="cpu") -> dict:
     from methodlab.methods.discrete_structure.train import fit
 
     cfg = Config(**{**base, "mechanism": mechanism, "d": d, "n": n, "seed": seed,
                     **model_overrides(model, base.get("K"))})
     t0 = time.perf_counter()
-    out = fit(cfg, RunContext(quiet=True))
+    out = fit(cfg, RunContext(quiet=True, device=device))  # each cell on the job's device
     row = {"mechanism": mechanism, "d": d, "n": n, "seed": seed, "model": model, "wall_s": time.perf_counter() - t0}
     row.update({k: float(out[k]) for k in KEYS if k in out})
     return row
@@ -41,7 +41,7 @@ def fit_benchmark(cfg: Config, ctx: RunContext) -> dict:
     cells = list(itertools.product(cfg.bench_mechanisms, cfg.bench_d, cfg.bench_n, cfg.bench_seeds, cfg.bench_models))
     rows = []
     for i, cell in enumerate(ctx.progress(cells, desc="benchmark cells", unit="fit")):
-        row = run_cell(base, *cell)
+        row = run_cell(base, *cell, device=ctx.device)
         rows.append(row)
         ctx.report({"step": i + 1, **{f"cell/{k}": v for k, v in row.items() if isinstance(v, float)},
                     "cell/index": float(i)})
@@ -57,7 +57,7 @@ def fit_benchmark(cfg: Config, ctx: RunContext) -> dict:
     def write(dd: Path) -> None:
         import torch
 
-        save_checkpoint(dd, method="discrete_structure", config=cfg, weights={"n_cells": torch.tensor([len(rows)])},
+        save_checkpoint(dd, method="discrete_structure", config=cfg, weights={"n_cells": torch.tensor([len(rows)], device="cpu")},
                         state={"step": len(cells), "final": True, "metrics": final}, extras={"benchmark": rows})
     ctx.report(final, checkpoint=write)
     return ctx.history[-1]

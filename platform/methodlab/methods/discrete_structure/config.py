@@ -13,6 +13,8 @@ from methodlab.core.method import MethodConfig
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/shd_cpdag"
     mode: ClassVar[Literal["max", "min"]] = "min"
+    write_paths: ClassVar[tuple[str, ...]] = ("export_dir",)  # written by a run: relative = inside its run folder
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/shd_cpdag", "eval/skeleton_precision", "eval/skeleton_recall", "train/loss")
     smoke: ClassVar[dict] = {"d": 4, "min_multi_parent": 0, "n": 2000, "n_heldout": 1000, "K": 3, "mu_schedule": [1.0, 0.1],
                              "inner_steps": 500, "last_stage_steps": 500, "lr": 3e-2, "check_every": 100,
                              "checkpoint_every": 500, "log_every": 250}
@@ -84,7 +86,8 @@ class Config(MethodConfig):
     refit_steps: int = Field(200, ge=0, le=10_000, description="L-BFGS iterations of the unpenalised refit on the learned DAG.")
     report_objective: bool = Field(True, description="With ground truth: also report F at the learned and the true DAG.")
     pc_alpha: float = Field(0.01, gt=0.0, lt=1.0, description="PC significance level.")
-    export_dir: str | None = Field(None, description="simulate setting: also write train.csv, heldout.csv, truth.csv here.")
+    export_dir: str | None = Field(None, description="simulate setting: also write train.csv, heldout.csv, truth.csv here "
+                                   "(relative: inside the run folder).")
     max_mec_dags: int = Field(1000, ge=1, le=100_000, description="equivalence_class setting: list at most this many DAGs.")
 
     # --- benchmark setting -----------------------------------------------------------------------
@@ -100,7 +103,8 @@ class Config(MethodConfig):
     # --- logging ------------------------------------------------------------------------------------
     log_every: int = Field(1000, ge=1, description="Steps between reports.")
     checkpoint_every: int = Field(5000, ge=1, description="Steps between checkpoints (and at every stage end).")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the run's torch threads to this many "
+                                      "(never widens); None: the job's cpus_per_worker, set by the runner.")
 
     @model_validator(mode="after")
     def _check(self):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from methodlab.core import ConfigError
 from methodlab.data import discrete_structure_sim as sim
+from methodlab.core.paths import read_path
 
 
 @dataclass
@@ -46,7 +46,7 @@ def build_data(cfg) -> Dataset:
     n_ho = int(round(cfg.heldout_frac * len(x)))
     truth = None
     if cfg.truth_path:
-        p = Path(cfg.truth_path)
+        p = read_path(cfg.truth_path, "truth_path", "an adjacency CSV (row cause, col effect) or a .bif file")
         if p.suffix in (".bif", ".gz"):
             from methodlab.data import discrete_structure_bif as bif
 

@@ -18,7 +18,6 @@ the report renders it."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -56,13 +55,12 @@ def _score(data, W, cfg, K):
 
 
 def run_seed(seed: int, mechanism: str = "random_cpt", extra: dict | None = None) -> dict:
-    import torch
-
+    from methodlab.core.device import set_threads
     from methodlab.methods.discrete_structure import graphs, learner, train
     from methodlab.methods.discrete_structure import model as M
     from methodlab.methods.discrete_structure.data import build_data
 
-    torch.set_num_threads(1)
+    set_threads(1)  # the recipe: one thread per process (learner calls, not fit: no ctx.limit_threads here)
     cfg = _cfg(seed, mechanism, extra)
     data = build_data(cfg)
     T = np.asarray(data.truth)
@@ -120,7 +118,6 @@ def run_seed(seed: int, mechanism: str = "random_cpt", extra: dict | None = None
 
 
 def main(seeds=(0, 1, 2), out_dir: str = "reports", workers: int = 1) -> Path:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
     if workers > 1:
         from concurrent.futures import ProcessPoolExecutor

@@ -26,17 +26,22 @@ class Problem:
     counts: torch.Tensor  # (U,)
     scale: torch.Tensor | None = None
 
+    @property
+    def device(self) -> torch.device:
+        return self.mask.device
+
     @classmethod
-    def build(cls, x: np.ndarray, subs, mask: np.ndarray, w_scale: str = "none") -> "Problem":
+    def build(cls, x: np.ndarray, subs, mask: np.ndarray, w_scale: str = "none", device="cpu") -> "Problem":
+        """The design on `device` (the run's ctx.device), built once; every step of the path stays there."""
         u, c = M.unique_rows(x)
         d = x.shape[1]
-        mask_t = torch.as_tensor(mask, dtype=torch.float64)
-        mem = M.membership(subs, d)
+        mask_t = torch.as_tensor(mask, dtype=torch.float64, device=device)
+        mem = M.membership(subs, d, device=device)
         scale = None
         if w_scale == "sqrt_group":
             scale = torch.sqrt(torch.clamp(mem.T @ mask_t, min=1.0))
-        return cls(d, list(subs), mask_t, mem, M.design(u, subs), torch.as_tensor(u, dtype=torch.float64),
-                   torch.as_tensor(c), scale)
+        return cls(d, list(subs), mask_t, mem, M.design(u, subs, device=device),
+                   torch.as_tensor(u, dtype=torch.float64, device=device), torch.as_tensor(c, device=device), scale)
 
 
 @dataclass
@@ -71,17 +76,19 @@ def new_state(prob: Problem, lr: float, init_seed: int | None = None, init_scale
     """Zero start, or (multi-start) main effects k -> j drawn N(0, init_scale^2) along a random order, so each
     restart begins inside a different orientation basin."""
     F_ = len(prob.subs)
-    B = torch.zeros(F_, prob.d, dtype=torch.float64)
-    b = torch.zeros(prob.d, dtype=torch.float64)
+    B = np.zeros((F_, prob.d), dtype=np.float64)  # drawn on the host (numpy), moved to the problem's device once
     if init_seed is not None:
         g = np.random.default_rng(init_seed)
         pos = {int(v): i for i, v in enumerate(g.permutation(prob.d))}
+        mask = prob.mask.cpu().numpy()
         for f, sub in enumerate(prob.subs):
             if len(sub) == 1:
                 k = sub[0]
                 for j in range(prob.d):
-                    if prob.mask[f, j] and pos[k] < pos[j]:
+                    if mask[f, j] and pos[k] < pos[j]:
                         B[f, j] = init_scale * g.standard_normal()
+    B = torch.as_tensor(B, dtype=torch.float64, device=prob.device)
+    b = torch.zeros(prob.d, dtype=torch.float64, device=prob.device)
     return PathState(B=B, b=b, lr=lr, B0=B.clone(), b0=b.clone(), step=step)
 
 
@@ -104,7 +111,8 @@ def run_dagma(prob: Problem, cfg, st: PathState, on_step=None) -> PathState:
         while st.k < steps:
             loss, reg, W = score(prob, B, b, cfg.lam, cfg.penalty, cfg.delta, cfg.l2)
             h = M.h_dagma(W, s)
-            if not torch.isfinite(h) or h.item() < -1e-10:  # left the M-matrix domain: restart the stage, lr / 2
+            # the one host read per step (the path's own branch): left the M-matrix domain -> restart the stage, lr / 2
+            if not bool(torch.isfinite(h) & (h >= -1e-10)):
                 with torch.no_grad():
                     B.copy_(st.B0)
                     b.copy_(st.b0)
@@ -200,7 +208,7 @@ def weights(prob: Problem, st: PathState) -> np.ndarray:
 def weights_of(prob: Problem, B: torch.Tensor) -> np.ndarray:
     with torch.no_grad():
         W = M.group_weights(B * prob.mask, prob.mem, prob.scale)
-    W = W.numpy().copy()
+    W = W.cpu().numpy().copy()
     W[W < 1e-5] = 0.0
     return W
 
@@ -220,15 +228,15 @@ def candidates_from(W: np.ndarray, threshold: float, max_candidates: int) -> lis
 # refit on a fixed DAG
 # ----------------------------------------------------------------------------------------------------------
 
-def refit(x: np.ndarray, dag: np.ndarray, K: int, steps: int = 200, l2: float = 1e-4):
+def refit(x: np.ndarray, dag: np.ndarray, K: int, steps: int = 200, l2: float = 1e-4, device="cpu"):
     """Unpenalised MLE (plus l2) of node j's order-<=K MVB conditional on its learned parents only.
-    Returns (subs, mask, B, b). With K >= |pa(j)| this is the (l2-smoothed) empirical CPT."""
+    Returns (subs, mask, B, b), B and b on `device`. With K >= |pa(j)| this is the (l2-smoothed) empirical CPT."""
     d = x.shape[1]
     parents = [sorted(int(k) for k in np.flatnonzero(dag[:, j])) for j in range(d)]
     subs, mask = M.feature_plan(d, K, candidates=parents, K_cand=K)
-    prob = Problem.build(x, subs, mask)
-    B = torch.zeros(len(subs), d, dtype=torch.float64, requires_grad=True)
-    b = torch.zeros(d, dtype=torch.float64, requires_grad=True)
+    prob = Problem.build(x, subs, mask, device=device)
+    B = torch.zeros(len(subs), d, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.zeros(d, dtype=torch.float64, device=device, requires_grad=True)
     if steps > 0:
         opt = torch.optim.LBFGS([B, b], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe",
                                 tolerance_grad=1e-9, tolerance_change=1e-12, history_size=20)
@@ -244,21 +252,22 @@ def refit(x: np.ndarray, dag: np.ndarray, K: int, steps: int = 200, l2: float = 
     return subs, mask, (B * prob.mask).detach(), b.detach()
 
 
-def selection_objective(x: np.ndarray, dag: np.ndarray, K: int, cfg) -> float:
+def selection_objective(x: np.ndarray, dag: np.ndarray, K: int, cfg, device="cpu") -> float:
     """F at a thresholded solution: training BCE of the refit on the DAG + lambda * sum rho_delta(W_refit)."""
-    subs, mask, B, b = refit(x, dag, K, cfg.refit_steps)
+    subs, mask, B, b = refit(x, dag, K, cfg.refit_steps, device=device)
     nll = -float(loglik_rows(x, subs, B, b).mean())
     with torch.no_grad():
-        W = M.group_weights(B, M.membership(subs, x.shape[1]))
+        W = M.group_weights(B, M.membership(subs, x.shape[1], device=B.device))
     return nll + cfg.lam * float(M.penalty(W, cfg.penalty, cfg.delta))
 
 
 def loglik_rows(x: np.ndarray, subs, B: torch.Tensor, b: torch.Tensor) -> np.ndarray:
-    """Per-row log-likelihood under the DAG factorisation (logits clipped to probabilities in [1e-4, 1-1e-4])."""
-    xt = torch.as_tensor(np.asarray(x), dtype=torch.float64)
+    """Per-row log-likelihood under the DAG factorisation (logits clipped to probabilities in [1e-4, 1-1e-4]),
+    computed on B's device, returned as a host array."""
+    xt = torch.as_tensor(np.asarray(x), dtype=torch.float64, device=B.device)
     z = (M.design(xt, subs) @ B + b).clamp(-M.LOGIT_CLIP, M.LOGIT_CLIP)
     ll = xt * torch.nn.functional.logsigmoid(z) + (1 - xt) * torch.nn.functional.logsigmoid(-z)
-    return ll.sum(1).numpy()
+    return ll.sum(1).cpu().numpy()
 
 
 def n_params(B: torch.Tensor, mask: np.ndarray | torch.Tensor) -> int:

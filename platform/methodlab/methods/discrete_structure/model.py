@@ -37,21 +37,24 @@ def feature_plan(d: int, K: int, candidates: list[list[int]] | None = None, K_ca
     return subs, mask.reshape(-1, d)
 
 
-def design(x: np.ndarray | torch.Tensor, subs: list[tuple[int, ...]]) -> torch.Tensor:
-    """Phi[i, S] = prod_{k in S} x_ik (float64)."""
-    x = torch.as_tensor(np.asarray(x), dtype=torch.float64)
+def design(x: np.ndarray | torch.Tensor, subs: list[tuple[int, ...]], device=None) -> torch.Tensor:
+    """Phi[i, S] = prod_{k in S} x_ik (float64), on `device` (default: x's device for a tensor, else the CPU)."""
+    if isinstance(x, torch.Tensor):
+        x = x.to(device=device or x.device, dtype=torch.float64)
+    else:
+        x = torch.as_tensor(np.asarray(x), dtype=torch.float64, device=device or "cpu")
     if not subs:
-        return torch.zeros(len(x), 0, dtype=torch.float64)
+        return torch.zeros(len(x), 0, dtype=torch.float64, device=x.device)
     cols = [x[:, list(s)].prod(1) for s in subs]
     return torch.stack(cols, 1)
 
 
-def membership(subs: list[tuple[int, ...]], d: int) -> torch.Tensor:
-    """Mem[S, k] = 1 if k in S."""
-    m = torch.zeros(len(subs), d, dtype=torch.float64)
+def membership(subs: list[tuple[int, ...]], d: int, device="cpu") -> torch.Tensor:
+    """Mem[S, k] = 1 if k in S (built on the host, moved to `device` once)."""
+    m = torch.zeros(len(subs), d, dtype=torch.float64, device="cpu")
     for i, s in enumerate(subs):
         m[i, list(s)] = 1.0
-    return m
+    return m.to(device)
 
 
 def unique_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,7 +69,7 @@ def group_weights(B: torch.Tensor, mem: torch.Tensor, scale: torch.Tensor | None
     W = torch.sqrt(sq + eps)
     if scale is not None:
         W = W / scale
-    return W * (1.0 - torch.eye(d, dtype=W.dtype))
+    return W * (1.0 - torch.eye(d, dtype=W.dtype, device=W.device))
 
 
 def qmcp(w: torch.Tensor, delta: float) -> torch.Tensor:
@@ -82,12 +85,11 @@ def penalty(W: torch.Tensor, kind: str, delta: float) -> torch.Tensor:
 
 
 def h_dagma(W: torch.Tensor, s: float = 1.0) -> torch.Tensor:
-    """-log det(sI - W o W) + d log s; +inf when sI - W o W is not an M-matrix (det <= 0)."""
+    """-log det(sI - W o W) + d log s; +inf when sI - W o W is not an M-matrix (det <= 0). No host sync: the
+    domain test is a torch.where, read by the caller (one sync per step, with its own check)."""
     d = W.shape[0]
-    sign, logabs = torch.linalg.slogdet(s * torch.eye(d, dtype=W.dtype) - W * W)
-    if sign <= 0:
-        return torch.tensor(float("inf"), dtype=W.dtype)
-    return -logabs + d * math.log(s)
+    sign, logabs = torch.linalg.slogdet(s * torch.eye(d, dtype=W.dtype, device=W.device) - W * W)
+    return torch.where(sign > 0, -logabs + d * math.log(s), torch.full_like(logabs, float("inf")))
 
 
 def h_notears(W: torch.Tensor) -> torch.Tensor:

@@ -48,22 +48,25 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, names, dag, C, W, subs, B, b):
+    def __init__(self, names, dag, C, W, subs, B, b, device=None):
+        self.device = torch.device(device if device is not None else "cpu")
         self.names, self.dag, self.C, self.W = list(names), np.asarray(dag), np.asarray(C), np.asarray(W, dtype=float)
-        self.subs, self.B, self.b = [tuple(s) for s in subs], B.double(), b.double()
+        self.subs = [tuple(s) for s in subs]
+        self.B, self.b = B.to(self.device, torch.float64), b.to(self.device, torch.float64)
         self.d = len(self.names)
         self.index = {v: i for i, v in enumerate(self.names)}
         self.parents = [set(int(k) for k in np.flatnonzero(self.dag[:, j])) for j in range(self.d)]
         self._table = None
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The refitted coefficients on `device` (None: the CPU); each request's rows are moved there once."""
         ck = load_checkpoint(directory, method="discrete_structure")
         model = ck.extras.get("model")
         if model is None:
             raise CheckpointError(f"{directory} is a mid-path checkpoint: serve the final one of a finished fit")
         return cls(model["names"], model["dag"], model["cpdag"], model["W"], model["refit_subs"],
-                   ck.weights["refit_B"], ck.weights["refit_b"])
+                   ck.weights["refit_B"], ck.weights["refit_b"], device=device)
 
     # ------------------------------------------------------------------------------------------------
     def input_model(self):
@@ -167,7 +170,7 @@ class Predictor:
             row[0, j] = 1
             from methodlab.methods.discrete_structure import model as M
 
-            z = float((M.design(row, self.subs) @ self.B[:, j] + self.b[j]).clamp(-M.LOGIT_CLIP, M.LOGIT_CLIP))
+            z = float((M.design(row, self.subs, device=self.device) @ self.B[:, j] + self.b[j]).clamp(-M.LOGIT_CLIP, M.LOGIT_CLIP))
             p = float(1.0 / (1.0 + np.exp(-z)))
         return Output(query="conditional", variables=[node], p_one=min(1.0, max(0.0, p)))
 

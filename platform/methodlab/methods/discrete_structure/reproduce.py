@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -42,14 +41,11 @@ def _overrides(model: str, K: int | None) -> dict:
 
 
 def run_one(job: dict) -> dict:
-    import torch
-
     from methodlab.core import RunContext
     from methodlab.methods.discrete_structure.config import Config
     from methodlab.methods.discrete_structure.train import fit
 
-    torch.set_num_threads(1)
-    cfg = Config(**job["config"])
+    cfg = Config(**{**job["config"], "torch_threads": 1})  # the recipe: parallel processes, one torch thread each
     t0 = time.perf_counter()
     out = fit(cfg, RunContext(quiet=True))
     return {**{k: job[k] for k in ("claim", "mechanism", "model", "seed")}, "wall_s": time.perf_counter() - t0,
@@ -303,7 +299,10 @@ def run_jobs(jobs, workers: int) -> list[dict]:
         return rows
     # longest first: the general-model fits, then the rest
     order = sorted(jobs, key=lambda j: (j["model"] not in ("mvb", "K=2"), j["claim"]))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    from methodlab.core.device import set_threads
+
+    # the recipe: parallel processes, one thread each (torch and BLAS), set once per worker process
+    with ProcessPoolExecutor(max_workers=workers, initializer=set_threads, initargs=(1,)) as pool:
         futs = [pool.submit(run_one, j) for j in order]
         for f in as_completed(futs):
             r = f.result()
@@ -324,7 +323,6 @@ def rerender(out_dir: str = "reports") -> Path:
 
 
 def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, seeds=(0, 1, 2)) -> Path:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seeds = tuple(seeds)

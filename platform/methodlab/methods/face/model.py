@@ -10,33 +10,45 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def norm_adj(n_users: int, n_items: int, train: np.ndarray) -> torch.Tensor:
-    """Symmetric-normalised bipartite adjacency D^-1/2 A D^-1/2 as a sparse COO tensor."""
-    u = torch.as_tensor(train[:, 0]); i = torch.as_tensor(train[:, 1]) + n_users
+def norm_adj(n_users: int, n_items: int, train: np.ndarray, device=None) -> torch.Tensor:
+    """Symmetric-normalised bipartite adjacency D^-1/2 A D^-1/2 as a sparse COO tensor on `device` (None: CPU)."""
+    device = torch.device(device if device is not None else "cpu")
+    u = torch.as_tensor(train[:, 0], device=device); i = torch.as_tensor(train[:, 1], device=device) + n_users
     rows = torch.cat([u, i]); cols = torch.cat([i, u])
     n = n_users + n_items
     deg = torch.bincount(rows, minlength=n).float().clamp_min(1)
     vals = deg[rows].rsqrt() * deg[cols].rsqrt()
-    return torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n), check_invariants=False).coalesce()
+    return torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n), check_invariants=False,
+                                   device=device).coalesce()
 
 
 class CF(nn.Module):
     def __init__(self, n_users: int, n_items: int, d: int, layers: int, kind: str, adj: torch.Tensor | None):
         super().__init__()
         self.n_users, self.n_items, self.layers, self.kind = n_users, n_items, layers, kind
-        self.user_emb = nn.Parameter(nn.init.xavier_uniform_(torch.empty(n_users, d)))
-        self.item_emb = nn.Parameter(nn.init.xavier_uniform_(torch.empty(n_items, d)))
-        self.adj = adj
+        dev = adj.device if adj is not None else None  # the tables live where the adjacency does (or, without
+        # one, where the module is built: ctx.init_module())
+        self.user_emb = nn.Parameter(nn.init.xavier_uniform_(torch.empty(n_users, d, device=dev)))
+        self.item_emb = nn.Parameter(nn.init.xavier_uniform_(torch.empty(n_items, d, device=dev)))
+        self.adj = adj  # a plain attribute (sparse, not in the state_dict): built on the run's device by norm_adj
 
     def forward(self, keep_rate: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        # the sparse propagation stays in float32 under autocast (torch's sparse mm backward refuses a
+        # half-precision gradient; it is memory-bound, nothing to gain)
+        with torch.autocast(self.user_emb.device.type, enabled=False):
+            return self._propagate(keep_rate)
+
+    def _propagate(self, keep_rate: float) -> tuple[torch.Tensor, torch.Tensor]:
         ego = torch.cat([self.user_emb, self.item_emb])
         if self.kind == "gmf" or self.layers == 0 or self.adj is None:
             return self.user_emb, self.item_emb
         adj = self.adj
         if keep_rate < 1.0:  # edge dropout, kept edges rescaled by 1/keep_rate
             idx, val = adj.indices(), adj.values()
-            keep = torch.rand(val.shape[0]) < keep_rate
-            adj = torch.sparse_coo_tensor(idx[:, keep], val[keep] / keep_rate, adj.shape, check_invariants=False)
+            keep = torch.rand(val.shape[0], device=val.device) < keep_rate
+            # dropped edges get the value 0 (same sums as removing them; no data-dependent shape, no host sync)
+            adj = torch.sparse_coo_tensor(idx, torch.where(keep, val / keep_rate, torch.zeros_like(val)), adj.shape,
+                                          check_invariants=False, is_coalesced=True, device=val.device)
         out, cur = ego, ego
         for _ in range(self.layers):
             cur = torch.sparse.mm(adj, cur)
@@ -93,7 +105,7 @@ class FACE(nn.Module):
     def descriptors(self, x: torch.Tensor, chunk: int = 512) -> torch.Tensor:
         C = self.codebook()
         return torch.cat([greedy_distinct(self.encode(x[s:s + chunk]), C) for s in range(0, len(x), chunk)]) \
-            if len(x) else torch.zeros(0, self.W, dtype=torch.long)
+            if len(x) else torch.zeros(0, self.W, dtype=torch.long, device=x.device)
 
     def to_token_space(self, z: torch.Tensor) -> torch.Tensor:
         """t = (z - b_P) pinv(W_P)^T with P's weights detached (pinv under no-grad)."""
@@ -110,17 +122,24 @@ def greedy_distinct(z: torch.Tensor, C: torch.Tensor, chunk_rows: int = 2048) ->
     Slot k can lose at most k <= W-1 of its nearest rows to earlier slots, so its pick is always among its
     W nearest rows: one (n*W x V') distance pass + top-W, then the greedy rule on the (n, W, W) candidate
     lists (same picks as masking the full distance matrix slot by slot, ~W times fewer passes over it).
-    ||z||^2 is dropped: it is constant per row and does not move the argmin."""
+    ||z||^2 is dropped: it is constant per row and does not move the argmin. Distances in float32 (also under
+    autocast: a half-precision distance would tie near codes)."""
     n, W, w = z.shape
     if n == 0:
-        return torch.zeros(0, W, dtype=torch.long)
+        return torch.zeros(0, W, dtype=torch.long, device=z.device)
+    with torch.autocast(z.device.type, enabled=False):
+        return _greedy_distinct(z.float(), C.float(), chunk_rows)
+
+
+def _greedy_distinct(z: torch.Tensor, C: torch.Tensor, chunk_rows: int) -> torch.Tensor:
+    n, W, w = z.shape
     K = min(W, C.shape[0])
     cn = (C * C).sum(1)
     zf = z.reshape(n * W, w)
     cand = torch.cat([torch.addmm(cn, zf[s:s + chunk_rows], C.T, beta=1.0, alpha=-2.0)
                       .topk(K, dim=1, largest=False, sorted=True).indices
                       for s in range(0, n * W, chunk_rows)]).reshape(n, W, K)
-    out = torch.empty(n, W, dtype=torch.long)
+    out = torch.empty(n, W, dtype=torch.long, device=z.device)
     out[:, 0] = cand[:, 0, 0]
     for k in range(1, W):
         used = (cand[:, k, :, None] == out[:, None, :k]).any(-1)  # (n, K): candidate already taken
@@ -132,10 +151,10 @@ def greedy_distinct(z: torch.Tensor, C: torch.Tensor, chunk_rows: int = 2048) ->
 def greedy_distinct_reference(z: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """The slot-by-slot masked form of greedy_distinct (full distance matrix per slot); kept for tests."""
     n, W, _ = z.shape
-    taken = torch.zeros(n, C.shape[0], dtype=torch.bool)
+    taken = torch.zeros(n, C.shape[0], dtype=torch.bool, device=z.device)
     cn = (C * C).sum(1)
-    out = torch.empty(n, W, dtype=torch.long)
-    ar = torch.arange(n)
+    out = torch.empty(n, W, dtype=torch.long, device=z.device)
+    ar = torch.arange(n, device=z.device)
     for k in range(W):
         d = (z[:, k] * z[:, k]).sum(1, keepdim=True) - 2 * z[:, k] @ C.T + cn
         d = d.masked_fill(taken, math.inf)
@@ -151,7 +170,7 @@ def bpr_loss(u: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def info_nce(c: torch.Tensor, e: torch.Tensor, tau: float) -> torch.Tensor:
     """One-directional InfoNCE, rows c_i against profile embeddings e_j, positives on the diagonal."""
-    return F.cross_entropy(c @ e.T / tau, torch.arange(len(c)))
+    return F.cross_entropy(c @ e.T / tau, torch.arange(len(c), device=c.device))
 
 
 def lm_encode(bb, fm: FACE, z_st: torch.Tensor, prompt_ids: list[int]) -> torch.Tensor:
@@ -164,9 +183,9 @@ def lm_encode(bb, fm: FACE, z_st: torch.Tensor, prompt_ids: list[int]) -> torch.
     for k in range(1, W):
         parts += [comma.expand(n, 1, -1), t[:, k:k + 1]]
     head = [bb.bos] if bb.bos is not None else []
-    pre = tab[torch.tensor(head + list(prompt_ids), dtype=torch.long)].expand(n, -1, -1)
+    pre = tab[torch.tensor(head + list(prompt_ids), dtype=torch.long, device=tab.device)].expand(n, -1, -1)
     seq = [pre, *parts]
     if bb.eos is not None:
         seq.append(tab[bb.eos].expand(n, 1, -1))
     emb = torch.cat(seq, 1)
-    return bb.pool(emb, torch.ones(n, emb.shape[1], dtype=torch.long))
+    return bb.pool(emb, torch.ones(n, emb.shape[1], dtype=torch.long, device=emb.device))

@@ -46,8 +46,9 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, cfg: Config, weights: dict, extras: dict, state: dict):
+    def __init__(self, cfg: Config, weights: dict, extras: dict, state: dict, device=None):
         self.cfg, self.state = cfg, state
+        self.device = dev = torch.device(device if device is not None else "cpu")
         ents = extras["entities"]
         self.words = extras["vocab"]["words"]
         self.user_ids = np.asarray(ents["user_ids"], dtype=np.int64)
@@ -55,28 +56,31 @@ class Predictor:
         self.titles = ents.get("titles")
         train = np.asarray(ents["train"], dtype=np.int64).reshape(-1, 2)
         nu, ni = len(self.user_ids), len(self.item_ids)
-        cf = CF(nu, ni, cfg.embedding_size, cfg.layer_num, cfg.cf_model,
-                norm_adj(nu, ni, train) if cfg.cf_model == "lightgcn" else None)
-        cf.load_state_dict({k[3:]: v for k, v in weights.items() if k.startswith("cf.")})
-        C = weights["codebook_mapped"]
         fw = {k[5:]: v for k, v in weights.items() if k.startswith("face.")}
-        fm = FACE(cfg.embedding_size, cfg.word_num, cfg.word_dim, fw["P.weight"].shape[1], cfg.ffn_dim, cfg.dropout,
-                  torch.zeros(1, fw["P.weight"].shape[1]), normalize_input=cfg.normalize_input)
+        with torch.device(dev):  # built on the serving device; the checkpoint's CPU weights are copied in
+            cf = CF(nu, ni, cfg.embedding_size, cfg.layer_num, cfg.cf_model,
+                    norm_adj(nu, ni, train, dev) if cfg.cf_model == "lightgcn" else None)
+            fm = FACE(cfg.embedding_size, cfg.word_num, cfg.word_dim, fw["P.weight"].shape[1], cfg.ffn_dim,
+                      cfg.dropout, torch.zeros(1, fw["P.weight"].shape[1], device=dev),
+                      normalize_input=cfg.normalize_input)
+        cf.load_state_dict({k[3:]: v for k, v in weights.items() if k.startswith("cf.")})
         fm.load_state_dict(fw)
+        C = weights["codebook_mapped"].to(dev)
         cf.eval(); fm.eval()
         with torch.no_grad():
             eu, ei = cf(1.0)
-            self.scores = eu @ ei.T
-            self.scores[torch.as_tensor(train[:, 0]), torch.as_tensor(train[:, 1])] = -torch.inf
-            self.desc_u = greedy_distinct(fm.encode(eu), C).numpy()
-            self.desc_i = greedy_distinct(fm.encode(ei), C).numpy()
+            self.scores = eu @ ei.T  # (users, items) on the device; a request reads its row there
+            self.scores[torch.as_tensor(train[:, 0], device=dev), torch.as_tensor(train[:, 1], device=dev)] = -torch.inf
+            self.desc_u = greedy_distinct(fm.encode(eu), C).cpu().numpy()
+            self.desc_i = greedy_distinct(fm.encode(ei), C).cpu().numpy()
         self.u_index = {int(v): r for r, v in enumerate(self.user_ids)}
         self.i_index = {int(v): r for r, v in enumerate(self.item_ids)}
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """Load onto `device` (None: CPU; a str or torch.device)."""
         ck = load_checkpoint(directory, method="face")
-        return cls(Config.model_validate(ck.config), ck.weights, ck.extras, ck.state)
+        return cls(Config.model_validate(ck.config), ck.weights, ck.extras, ck.state, device)
 
     def input_model(self) -> type[BaseModel]:
         hi = int(max(self.user_ids.max(initial=0), self.item_ids.max(initial=0)))
@@ -115,7 +119,8 @@ class Predictor:
             items = []
             if k > 0:
                 v, j = s.topk(k)
-                for sc, it in zip(v.tolist(), j.tolist()):
+                v, j = v.tolist(), j.tolist()  # one read back per request
+                for sc, it in zip(v, j):
                     items.append(Item(item_id=int(self.item_ids[it]), score=float(sc),
                                       title=self.titles[it] if self.titles else None,
                                       descriptors=[self.words[t] for t in self.desc_i[it]] if x.explain else None))

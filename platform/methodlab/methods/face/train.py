@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from pathlib import Path
 
@@ -14,20 +13,27 @@ import torch
 from methodlab.core import load_checkpoint, save_checkpoint
 from methodlab.core.seeding import seed_everything
 from methodlab.methods.face import evaluate as ev
-from methodlab.methods.face.backbone import load_backbone
+from methodlab.methods.face.backbone import backbone_on
+from methodlab.core.paths import read_path
 from methodlab.methods.face.config import Config
 from methodlab.methods.face.data import Bundle, build
 from methodlab.methods.face.model import CF, FACE, bpr_loss, info_nce, lm_encode, norm_adj
 
 ORDER = ["pretrain", "map", "align"]
+INIT_WHAT = "a FACE checkpoint folder (a stage_* folder of a run's stage_dir, or a checkpoint_* folder)"
+INIT_HINT = "run `methodlab run jobs/face/synthetic.yaml` first (it writes results/face-synthetic/stages/stage_*) or fix the path"
 
 
 def build_models(cfg: Config, B: Bundle, table: torch.Tensor):
+    """CF and FACE on the device of `table` (the frozen token embeddings): the adjacency is built there and the
+    parameters are created there (callers with a RunContext also build under ctx.init_module())."""
     rec = B.rec
-    cf = CF(rec.n_users, rec.n_items, cfg.embedding_size, cfg.layer_num, cfg.cf_model,
-            norm_adj(rec.n_users, rec.n_items, rec.train) if cfg.cf_model == "lightgcn" else None)
-    fm = FACE(cfg.embedding_size, cfg.word_num, cfg.word_dim, table.shape[1], cfg.ffn_dim, cfg.dropout, table,
-              cfg.codebook_init, cfg.normalize_input)
+    dev = table.device
+    with torch.device(dev):
+        cf = CF(rec.n_users, rec.n_items, cfg.embedding_size, cfg.layer_num, cfg.cf_model,
+                norm_adj(rec.n_users, rec.n_items, rec.train, dev) if cfg.cf_model == "lightgcn" else None)
+        fm = FACE(cfg.embedding_size, cfg.word_num, cfg.word_dim, table.shape[1], cfg.ffn_dim, cfg.dropout, table,
+                  cfg.codebook_init, cfg.normalize_input)
     return cf, fm
 
 
@@ -42,25 +48,23 @@ def sample_triples(train: np.ndarray, n_items: int, seen: set, rng: np.random.Ge
     return out[rng.permutation(len(out))]
 
 
-def _allreduce(params, world_size: int) -> None:
-    """Data-parallel: average gradients of the CF tables and FACE modules (the backbone is frozen, not wrapped)."""
-    if world_size <= 1:
-        return
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_initialized():
+def _allreduce(params, ctx) -> None:
+    """Data-parallel: average gradients of the CF tables and FACE modules over the ranks (float32, on ctx.device;
+    the backbone is frozen, not reduced)."""
+    if ctx.world_size <= 1:
         return
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad)
-        p.grad /= world_size
+        ctx.all_reduce(p.grad, op="mean")
 
 
-def align_rows(trip: torch.Tensor, n_rows: int | str, rng: np.random.Generator):
-    """Distinct users and distinct items of the batch (half each); returns row positions in X and entity ids."""
+def align_rows(trip, n_rows: int | str, rng: np.random.Generator):
+    """Distinct users and distinct items of the batch (half each); returns row positions in X and entity ids.
+    `trip` is the batch's host copy (numpy, or a CPU tensor)."""
+    trip = np.asarray(trip)
     B = len(trip)
-    u = trip[:, 0].numpy(); it = np.concatenate([trip[:, 1].numpy(), trip[:, 2].numpy()])
+    u = trip[:, 0]; it = np.concatenate([trip[:, 1], trip[:, 2]])
     uu, upos = np.unique(u, return_index=True)
     ii, ipos = np.unique(it, return_index=True)
     if n_rows != "all":
@@ -100,7 +104,7 @@ def evaluate_stage(cfg: Config, stage: str, cf: CF, fm: FACE, B: Bundle, bb, wit
     m |= ev.rank_metrics(scores, rec.train, rec.val, [20], prefix=f"{stage}/val")
     extra: dict = {}
     if with_face:
-        du = fm.descriptors(eu).numpy(); di = fm.descriptors(ei).numpy()
+        du = fm.descriptors(eu).cpu().numpy(); di = fm.descriptors(ei).cpu().numpy()
         x = torch.cat([eu, ei])
         x_hat = torch.cat([fm(x[s:s + 1024])["x_hat"] for s in range(0, len(x), 1024)])
         cos, const = ev.recon_cosine(x, x_hat)
@@ -142,15 +146,22 @@ def val_recall(cf: CF, rec) -> float:
 
 
 def fit(cfg: Config, ctx) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    if cfg.init_from and ctx.checkpoint is None:  # before the backbone and data: a missing folder is one line
+        read_path(cfg.init_from, "init_from", INIT_WHAT, INIT_HINT)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
+    dev = ctx.device
     t_start = time.perf_counter()
-    bb = load_backbone(cfg.backbone)
-    B = build(cfg)
+    bb = backbone_on(cfg.backbone, dev)  # the frozen LM (model and vocabulary table) on ctx.device
+    B = build(cfg, dev)
     rec = B.rec
-    table = bb.table[torch.as_tensor(B.token_ids)]
-    cf, fm = build_models(cfg, B, table)
+    table = bb.table[torch.as_tensor(B.token_ids, dtype=torch.long, device=dev)]
+    with ctx.init_module():
+        cf, fm = build_models(cfg, B, table)
+    # ddp=False: the data parallelism is the gradient all-reduce below (CF and FACE are two modules with
+    # stage-dependent parameter sets, not one DDP model). prepare_model places them and, under scaling.compile,
+    # compiles the two training forwards (cf_fwd, fm_fwd); evaluation and checkpoints use the plain modules.
+    cf_fwd, fm_fwd = ctx.prepare_model(cf, ddp=False), ctx.prepare_model(fm, ddp=False)
     rng = np.random.default_rng(cfg.seed)
     seen = set(map(tuple, rec.train.tolist()))
     stage_start, resume_step, summary = 0, 0, {}
@@ -165,7 +176,7 @@ def fit(cfg: Config, ctx) -> dict:
             stage_start, resume_step = cfg.stages.index(done), int(ck.state.get("step_in_stage", 0))
         rng = np.random.default_rng(cfg.seed + 7919 * (1 + int(ck.state.get("step", 0))))
     elif cfg.init_from:
-        ck = load_checkpoint(cfg.init_from, method="face")
+        ck = load_checkpoint(read_path(cfg.init_from, "init_from", INIT_WHAT, INIT_HINT), method="face")
         load_weights(cf, fm, ck.weights, face_too=cfg.stages[0] == "align")
     timings: dict = dict(summary.get("timings", {}))
     gstep = int(summary.get("step", 0))
@@ -197,7 +208,8 @@ def fit(cfg: Config, ctx) -> dict:
                 max_epochs, patience, fixed_steps = cfg.align_epochs, cfg.patience, cfg.align_steps
         best, best_state, bad, step_in_stage = -1.0, None, 0, resume_step
         resume_step = 0
-        align_log: list[float] = []
+        align_log: list[torch.Tensor] = []  # L_align per step, on the device (read at report time)
+        nonfinite = torch.zeros((), dtype=torch.bool, device=dev)  # any non-finite loss since the last check
         epoch = 0
         stop = False
         while not stop:
@@ -205,44 +217,51 @@ def fit(cfg: Config, ctx) -> dict:
                 break
             if fixed_steps is not None and step_in_stage >= fixed_steps:
                 break
-            trip = torch.as_tensor(sample_triples(rec.train, rec.n_items, seen, rng))
-            batches = list(torch.split(trip, cfg.batch_size))[ctx.rank::max(1, ctx.world_size)]
-            for tb in batches:
-                eu, ei = cf(cfg.keep_rate)
-                u, p, q = eu[tb[:, 0]], ei[tb[:, 1]], ei[tb[:, 2]]
-                loss = bpr_loss(u, p, q)
-                logs = {"l_bpr": loss.item()}
-                if stage != "pretrain":
-                    x = torch.cat([u, p, q])
-                    o = fm(x)
-                    l_rec = torch.nn.functional.mse_loss(o["x_hat"], x.detach())
-                    loss = loss + cfg.vq_weight * o["l_vq"] + cfg.recons_weight * l_rec
-                    logs |= {"l_vq": o["l_vq"].item(), "l_rec": l_rec.item()}
-                    if stage == "align":
-                        upos, uu, ipos, ii = align_rows(tb, cfg.align_rows, rng)
-                        c = torch.cat([lm_encode(bb, fm, o["z_st"][torch.as_tensor(upos)], B.user_prompt),
-                                       lm_encode(bb, fm, o["z_st"][torch.as_tensor(ipos)], B.item_prompt)])
-                        e = torch.cat([B.user_text[torch.as_tensor(uu)], B.item_text[torch.as_tensor(ii)]])
-                        l_al = info_nce(c, e, cfg.temperature)
-                        loss = loss + cfg.align_weight * l_al
-                        logs["l_align"] = l_al.item()
-                        align_log.append(l_al.item())
-                if not math.isfinite(loss.item()):
-                    raise FloatingPointError(f"{stage}: non-finite loss at step {gstep}")
+            trip_host = sample_triples(rec.train, rec.n_items, seen, rng)  # numpy negatives (the data recipe), then
+            trip = torch.as_tensor(trip_host, device=dev)  # moved to the device once per epoch
+            shard = slice(ctx.rank, None, max(1, ctx.world_size))
+            batches = list(torch.split(trip, cfg.batch_size))[shard]
+            batches_host = [trip_host[s:s + cfg.batch_size] for s in range(0, len(trip_host), cfg.batch_size)][shard]
+            for tb, tb_host in zip(batches, batches_host):
+                with ctx.autocast():
+                    eu, ei = cf_fwd(cfg.keep_rate)
+                    u, p, q = eu[tb[:, 0]], ei[tb[:, 1]], ei[tb[:, 2]]
+                    loss = bpr_loss(u.float(), p.float(), q.float())
+                    logs = {"l_bpr": loss.detach()}
+                    if stage != "pretrain":
+                        x = torch.cat([u, p, q])
+                        o = fm_fwd(x)
+                        l_rec = torch.nn.functional.mse_loss(o["x_hat"].float(), x.detach().float())
+                        loss = loss + cfg.vq_weight * o["l_vq"].float() + cfg.recons_weight * l_rec
+                        logs |= {"l_vq": o["l_vq"].detach(), "l_rec": l_rec.detach()}
+                        if stage == "align":
+                            upos, uu, ipos, ii = align_rows(tb_host, cfg.align_rows, rng)
+                            ix = lambda a: torch.as_tensor(a, dtype=torch.long, device=dev)  # noqa: E731
+                            c = torch.cat([lm_encode(bb, fm, o["z_st"][ix(upos)], B.user_prompt),
+                                           lm_encode(bb, fm, o["z_st"][ix(ipos)], B.item_prompt)])
+                            e = torch.cat([B.user_text[ix(uu)], B.item_text[ix(ii)]])
+                            l_al = info_nce(c.float(), e, cfg.temperature)
+                            loss = loss + cfg.align_weight * l_al
+                            logs["l_align"] = l_al.detach()
+                            align_log.append(l_al.detach())
+                            del align_log[:-cfg.log_every]  # only the report window is read
+                nonfinite |= ~torch.isfinite(loss.detach())  # checked when the loop reads scalars (no per-step sync)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
-                _allreduce(params_cf + (params_face if stage != "pretrain" else []), ctx.world_size)
-                opt.step()
+                ctx.backward(loss)
+                _allreduce(params_cf + (params_face if stage != "pretrain" else []), ctx)
+                ctx.optimizer_step(opt)
                 gstep += 1; step_in_stage += 1
                 last = logs
                 if stage == "align" and fixed_steps is not None:
                     if step_in_stage % cfg.log_every == 0 or step_in_stage == fixed_steps:
+                        _check_finite(nonfinite, stage, gstep)
                         m = _step_metrics(cfg, cf, fm, B, stage, step_in_stage, gstep, align_log, logs)
                         ck = write(stage, False, step_in_stage, {}) if step_in_stage < fixed_steps else None
                         ctx.report(m, checkpoint=ck)
                     if step_in_stage >= fixed_steps:
                         break
             epoch += 1
+            _check_finite(nonfinite, stage, gstep)
             if fixed_steps is None:
                 vr = val_recall(cf, rec)
                 ctx.report({"step": gstep, "epoch": epoch, "stage": stage, "val/recall@20": vr,
@@ -273,8 +292,8 @@ def fit(cfg: Config, ctx) -> dict:
         report = {k: v for k, v in report.items() if k != "timings" and not k.startswith("examples_")}
         writer = write(stage, True, step_in_stage, extra)
         ctx.report(report, checkpoint=writer)
-        if cfg.stage_dir and ctx.is_main:
-            writer(Path(cfg.stage_dir) / f"stage_{stage}")
+        if cfg.stage_dir and ctx.is_main:  # relative: inside the run folder, never the working directory
+            writer(ctx.write_path(cfg.stage_dir) / f"stage_{stage}")
     out = {k: v for k, v in summary.items() if k != "timings"}
     last_stage = cfg.stages[-1]
     out["step"] = gstep
@@ -284,15 +303,22 @@ def fit(cfg: Config, ctx) -> dict:
     return out
 
 
+def _check_finite(flag: torch.Tensor, stage: str, gstep: int) -> None:
+    """Raise if any loss since the stage began was non-finite (read where the loop reads scalars anyway)."""
+    if bool(flag):
+        raise FloatingPointError(f"{stage}: non-finite loss at or before step {gstep}")
+
+
 def _step_metrics(cfg, cf, fm, B, stage, step_in_stage, gstep, align_log, logs) -> dict:
     rec = B.rec
+    recent = torch.stack(align_log[-cfg.log_every:]).tolist()  # the one read of the window's L_align values
     m = {"step": gstep, "align_step": step_in_stage, "stage": stage, "val/recall@20": val_recall(cf, rec),
-         "align/l_align": float(np.mean(align_log[-cfg.log_every:])), **{f"train/{k}": v for k, v in logs.items()}}
+         "align/l_align": float(np.mean(recent)), **{f"train/{k}": float(v) for k, v in logs.items()}}
     if rec.concept_words is not None:
         with torch.no_grad():
             fm.eval()
             _, ei = cf(1.0)
-            di = fm.descriptors(ei).numpy()
+            di = fm.descriptors(ei).cpu().numpy()
             fm.train()
         m["align/precision_item"] = ev.precision(di, ev.ground_truth(rec, "item"))
     return m
@@ -308,19 +334,20 @@ def _extras(B: Bundle, stage: str, extra: dict) -> dict:
 
 
 def explain(cfg: Config, ctx) -> dict:
-    """face.explain: a checkpoint in (init_from), descriptors.jsonl with every user's and item's W words out."""
-    if not cfg.init_from:
-        raise ValueError("explain needs init_from (a FACE checkpoint directory)")
+    """face.explain: a checkpoint in (init_from), descriptors.jsonl with every user's and item's W words out, in
+    the run folder (or stage_dir: relative, inside the run folder)."""
     from methodlab.methods.face.predictor import Predictor
 
-    pred = Predictor.from_checkpoint(cfg.init_from)
-    out_dir = Path(cfg.stage_dir or cfg.init_from)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    src = read_path(cfg.init_from, "init_from", INIT_WHAT, INIT_HINT)
+    pred = Predictor.from_checkpoint(src, device=ctx.device)
+    out_dir = ctx.write_path(cfg.stage_dir or ".")
     path = out_dir / "descriptors.jsonl"
-    with open(path, "w") as f:
-        for kind, ids, desc in (("user", pred.user_ids, pred.desc_u), ("item", pred.item_ids, pred.desc_i)):
-            for r, i in enumerate(ids):
-                f.write(json.dumps({"entity": kind, "id": int(i), "descriptors": [pred.words[j] for j in desc[r]]}) + "\n")
+    if ctx.is_main:  # one writer: every rank computes the same descriptors
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as f:
+            for kind, ids, desc in (("user", pred.user_ids, pred.desc_u), ("item", pred.item_ids, pred.desc_i)):
+                for r, i in enumerate(ids):
+                    f.write(json.dumps({"entity": kind, "id": int(i), "descriptors": [pred.words[j] for j in desc[r]]}) + "\n")
     m = {"step": 0, "val/recall@20": float(pred.state.get("summary", {}).get("val/recall@20", 0.0) or 0.0),
          "entities": len(pred.user_ids) + len(pred.item_ids)}
     ctx.report(m)

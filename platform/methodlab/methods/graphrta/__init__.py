@@ -14,4 +14,9 @@ SPEC = MethodSpec(
     predictor=f"{_PKG}.predictor:Predictor",
     reproduce=f"{_PKG}.reproduce:main",
     family="graph",
+    precisions=("fp32", "bf16"),
+    precision_note="fp16 is left out: the graph-reprogramming step differentiates the loss with torch.autograd.grad "
+                   "with respect to Delta X and the flip probabilities and steps their own Adam (row-sparse in "
+                   "neighbour mode), outside the GradScaler, so its fp16 gradients would be unscaled and underflow; "
+                   "bf16 needs no scaling",
 )

@@ -16,6 +16,7 @@ DataName = Literal["csbm", "wordnet", "citation", "webkb", "npz", "ogbn_arxiv"]
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/h_score"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/h_score", "eval/acc_known", "eval/acc_unknown", "train/loss")
     smoke: ClassVar[dict] = {
         "data": "csbm", "n_source": 200, "n_target": 200, "pretrain_epochs": 20, "patience": 100,
         "adapt_epochs": 20, "hidden": 32, "log_every": 10, "checkpoint_every": 10, "batching": "full",
@@ -27,7 +28,8 @@ class Config(MethodConfig):
     data_seed: int | None = Field(None, description="Seed of the generated graph and of the target validation split; None: seed.")
     method: MethodName = Field("graphrta", description="graphrta | source_only (K+1 head, no adaptation) | source_threshold "
                                "(K-way softmax, best max-prob threshold on target val) | no_model_rp (rho=0) | no_graph_rp.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this many "
+                                      "(never widen them); None: the job's (scaling.cpus_per_worker).")
 
     # --- data ---------------------------------------------------------------------------------------------
     data: DataName = Field("csbm", description="csbm generator | wordnet graph | citation/webkb/npz/ogbn_arxiv files.")

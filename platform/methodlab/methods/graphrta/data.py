@@ -92,8 +92,10 @@ def stratified_split(y: np.ndarray, frac: float, rng: np.random.Generator) -> tu
     return np.sort(np.concatenate(a)), np.sort(np.concatenate(b))
 
 
-def build_pair(cfg, progress=lambda items, **_: items) -> DomainPair:
-    """`progress` (RunContext.progress in a run) reports the 10^6-node generation step by step."""
+def build_pair(cfg, progress=lambda items, **_: items, device="cpu") -> DomainPair:
+    """`progress` (RunContext.progress in a run) reports the 10^6-node generation step by step. The graphs are
+    generated on the host (numpy) and land once on `device` (ctx.device in a run): features, edge indices,
+    labels and the split indices."""
     data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
     raw = _raw(cfg, data_seed, progress)
     k = raw["n_known"]
@@ -104,26 +106,28 @@ def build_pair(cfg, progress=lambda items, **_: items) -> DomainPair:
     perm = rng.permutation(len(ys))
     n_tr, n_va = int(0.8 * len(ys)), int(0.1 * len(ys))
     tgt_val, tgt_test = stratified_split(yt, cfg.target_val_frac, rng)
-    t = lambda a, dt=torch.long: torch.as_tensor(np.ascontiguousarray(a), dtype=dt)  # noqa: E731
+    t = lambda a, dt=torch.long: torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device=device)  # noqa: E731
     return DomainPair(Graph(t(xs, torch.float32), t(es), t(ys)), Graph(t(xt, torch.float32), t(et), t(yt)), k,
                       t(np.sort(perm[:n_tr])), t(np.sort(perm[n_tr:n_tr + n_va])), t(tgt_val), t(tgt_test))
 
 
 def flip_candidates(edge_index: torch.Tensor, n: int, nonedge_ratio: float, gen: torch.Generator):
     """Undirected candidate pairs for edge flips: all existing edges (u < v) + ratio x |E| sampled non-edges.
-    Returns (pairs [2, m] with u < v, exists [m] bool). O(|E|) memory: non-edges are drawn by rejection."""
+    Returns (pairs [2, m] with u < v, exists [m] bool). O(|E|) memory: non-edges are drawn by rejection, on the
+    device of edge_index (`gen` lives there too)."""
+    dev = edge_index.device
     u, v = edge_index
     und = edge_index[:, u < v]
     m_e = und.shape[1]
     want = int(round(nonedge_ratio * m_e))
     existing = und[0] * n + und[1]
-    picked = torch.empty(0, dtype=torch.long)
+    picked = torch.empty(0, dtype=torch.long, device=dev)
     for _ in range(20):  # rejection rounds; on sparse graphs the first round almost always suffices
         if picked.numel() >= want or n < 2:
             break
         draw = max(64, int(1.2 * (want - picked.numel())) + 16)
-        a = torch.randint(0, n, (draw,), generator=gen)
-        b = torch.randint(0, n, (draw,), generator=gen)
+        a = torch.randint(0, n, (draw,), generator=gen, device=dev)
+        b = torch.randint(0, n, (draw,), generator=gen, device=dev)
         lo, hi = torch.minimum(a, b), torch.maximum(a, b)
         key = lo * n + hi
         key = key[(lo != hi) & ~torch.isin(key, existing) & ~torch.isin(key, picked)]
@@ -131,5 +135,5 @@ def flip_candidates(edge_index: torch.Tensor, n: int, nonedge_ratio: float, gen:
     picked = picked[:want]
     non = torch.stack([picked // n, picked % n])
     pairs = torch.cat([und, non], 1)
-    exists = torch.cat([torch.ones(m_e, dtype=torch.bool), torch.zeros(non.shape[1], dtype=torch.bool)])
+    exists = torch.cat([torch.ones(m_e, dtype=torch.bool, device=dev), torch.zeros(non.shape[1], dtype=torch.bool, device=dev)])
     return pairs, exists

@@ -36,7 +36,7 @@ def choose_tau(probs_k, y, val_idx) -> tuple[float, float]:
     k = probs_k.shape[1]
     best = (TAU_GRID[0], -1.0)
     for tau in TAU_GRID:
-        h = open_set_metrics(threshold_predict(probs_k[val_idx], tau).numpy(), y[val_idx].numpy(), k)["eval/h_score"]
+        h = open_set_metrics(threshold_predict(probs_k[val_idx], tau).cpu().numpy(), y[val_idx].cpu().numpy(), k)["eval/h_score"]
         if h > best[1]:
             best = (tau, h)
     return best

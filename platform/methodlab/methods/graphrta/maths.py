@@ -1,10 +1,10 @@
 """The maths of GraphRTA: losses (L_cls with placeholder + mixup terms, soft unknown supervision, split-GRL
 three-group adversarial loss, entropy), the Beta-mixture EM for known/unknown membership, the budget
-projection of the flip probabilities, and gradient-times-weight pruning."""
+projection of the flip probabilities, and gradient-times-weight pruning. Everything runs on the device of its
+inputs (random draws from a generator on that device); the one host read is L_cls's count of mixup pairs of
+different classes, which sizes its random draw (kept so that CPU results stay those of the CPU code before)."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -25,13 +25,15 @@ def cls_loss(logits, z, y, classifier, beta_ph=1.0, beta_mix=1.0, mix_lambda="be
         masked = logits.masked_fill(F.one_hot(y, k + 1).bool(), float("-inf"))
         loss = loss + beta_ph * F.cross_entropy(masked, torch.full_like(y, k))
     if beta_mix > 0 and len(y) > 1:
-        perm = torch.randperm(len(y), generator=gen)
+        dev = y.device
+        perm = torch.randperm(len(y), generator=gen, device=dev)
         ok = y != y[perm]
-        if ok.any():
+        if ok.any():  # a host read (and the masked rows below): only where pairs of classes are mixed
             za, zb = z[ok], z[perm[ok]]
-            lam = (torch.rand(len(za), 1, generator=gen) if mix_lambda == "beta" else torch.full((len(za), 1), 0.5))
+            lam = (torch.rand(len(za), 1, generator=gen, device=dev) if mix_lambda == "beta"
+                   else torch.full((len(za), 1), 0.5, device=dev))
             mixed = classifier(lam * za + (1 - lam) * zb)
-            loss = loss + beta_mix * F.cross_entropy(mixed, torch.full((len(za),), k, dtype=torch.long))
+            loss = loss + beta_mix * F.cross_entropy(mixed, torch.full((len(za),), k, dtype=torch.long, device=dev))
     return loss
 
 
@@ -71,7 +73,8 @@ def adv_target(disc, z_t, w, split=True, coeff=1.0, form="grl2"):
     cannot 'confuse' D by moving known nodes into D's unknown region (grl3 measurably drifts to all-unknown).
     split=False puts the unknown term behind the GRL too (the variant the spec warns of)."""
     n = len(w)
-    one, two = torch.ones(n, dtype=torch.long), torch.full((n,), 2, dtype=torch.long)
+    one = torch.ones(n, dtype=torch.long, device=z_t.device)
+    two = torch.full((n,), 2, dtype=torch.long, device=z_t.device)
     if form == "grl3":
         lk = F.cross_entropy(disc(grl(z_t, coeff)), one, reduction="none")
         zu = z_t if split else grl(z_t, coeff)
@@ -89,7 +92,7 @@ def adv_target(disc, z_t, w, split=True, coeff=1.0, form="grl2"):
 def adv_loss(disc, z_s, z_t, w, split=True, coeff=1.0, form="grl2"):
     """L_adv = CE(D(z_s), 0) (reversed for the encoder; 2-way under grl2) + the target part. `coeff` scales the
     reversed gradient only (the discriminator itself always gets the plain gradient)."""
-    zero = torch.zeros(len(z_s), dtype=torch.long)
+    zero = torch.zeros(len(z_s), dtype=torch.long, device=z_s.device)
     if form == "grl3":
         ls = F.cross_entropy(disc(grl(z_s, coeff)), zero)
     else:
@@ -100,59 +103,75 @@ def adv_loss(disc, z_s, z_t, w, split=True, coeff=1.0, form="grl2"):
 # ------------------------------------------------------------------------------------------- Beta mixture
 class BetaMixture:
     """2-component Beta mixture fitted by EM with weighted method-of-moments M-steps. The component with the
-    larger mean is 'unknown'; posterior(u) is its responsibility."""
+    larger mean is 'unknown'; posterior(u) is its responsibility. alpha / beta / pi are float64 tensors on the
+    device of the probabilities the mixture was fitted to: fit and posterior read nothing back to the host
+    (means() and state() do, at report / checkpoint time)."""
 
-    def __init__(self):
-        self.alpha = [2.0, 8.0]
-        self.beta = [8.0, 2.0]
-        self.pi = [0.5, 0.5]
+    def __init__(self, device=None):
+        dev = torch.device("cpu" if device is None else device)
+        self.alpha = torch.tensor([2.0, 8.0], dtype=torch.float64, device=dev)
+        self.beta = torch.tensor([8.0, 2.0], dtype=torch.float64, device=dev)
+        self.pi = torch.tensor([0.5, 0.5], dtype=torch.float64, device=dev)
+
+    def _params(self, device):
+        """(alpha, beta, pi) as float64 tensors on `device` (also when set as lists)."""
+        return tuple(torch.as_tensor(v, dtype=torch.float64, device=device) for v in (self.alpha, self.beta, self.pi))
 
     @staticmethod
     def _logpdf(u, a, b):
-        return (a - 1) * torch.log(u) + (b - 1) * torch.log1p(-u) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+        return (a - 1) * torch.log(u) + (b - 1) * torch.log1p(-u) - (torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b))
 
     def _resp(self, u, pi=None):
-        pi = self.pi if pi is None else pi
-        lp = torch.stack([math.log(max(pi[c], 1e-12)) + self._logpdf(u, self.alpha[c], self.beta[c]) for c in (0, 1)], 1)
+        alpha, beta, fitted = self._params(u.device)
+        pi = fitted if pi is None else pi
+        lp = torch.stack([torch.log(pi[c].clamp_min(1e-12)) + self._logpdf(u, alpha[c], beta[c]) for c in (0, 1)], 1)
         return lp.softmax(1)
 
     def fit(self, u, iters=20):
         u = u.detach().double().clamp(EPS_U, 1 - EPS_U)
+        self.alpha, self.beta, self.pi = self._params(u.device)
         r = torch.stack([1 - u, u], 1)  # start from the unknown probability itself (no arbitrary split)
         for it in range(iters):
             if it > 0:
                 r = self._resp(u)
+            alpha, beta, pi = self.alpha.clone(), self.beta.clone(), self.pi.clone()
             for c in (0, 1):
                 wc = r[:, c]
-                s = float(wc.sum())
-                if s < 1e-8:
-                    continue
-                m = float((wc * u).sum() / s)
-                v = float((wc * (u - m) ** 2).sum() / s)
-                v = min(max(v, 1e-8), m * (1 - m) * 0.999)
+                s = wc.sum()
+                keep = s >= 1e-8  # a component without mass keeps its parameters
+                m = (wc * u).sum() / s
+                v = (wc * (u - m) ** 2).sum() / s
+                v = torch.minimum(v.clamp_min(1e-8), m * (1 - m) * 0.999)
                 common = m * (1 - m) / v - 1
-                self.alpha[c] = max(m * common, 1e-2)
-                self.beta[c] = max((1 - m) * common, 1e-2)
-                self.pi[c] = s / len(u)
+                alpha[c] = torch.where(keep, (m * common).clamp_min(1e-2), alpha[c])
+                beta[c] = torch.where(keep, ((1 - m) * common).clamp_min(1e-2), beta[c])
+                pi[c] = torch.where(keep, s / len(u), pi[c])
+            self.alpha, self.beta, self.pi = alpha, beta, pi
         return self
 
     def means(self):
-        return [a / (a + b) for a, b in zip(self.alpha, self.beta)]
+        """[known-side mean, unknown-side mean] as floats (a host read: report time only)."""
+        alpha, beta, _ = self._params("cpu")
+        return (alpha / (alpha + beta)).tolist()
 
     def posterior(self, u, equal_prior: bool = False):
         """Responsibility of the unknown component. equal_prior [I]: with mixing weights 0.5/0.5 (the likelihood
         ratio only), so a growing unknown share does not by itself raise every node's w."""
         u = u.detach().double().clamp(EPS_U, 1 - EPS_U)
-        unk = int(self.means()[1] >= self.means()[0])
-        return self._resp(u, [0.5, 0.5] if equal_prior else None)[:, unk].float()
+        alpha, beta, pi = self._params(u.device)
+        mean = alpha / (alpha + beta)
+        r = self._resp(u, torch.full_like(pi, 0.5) if equal_prior else None)
+        return torch.where(mean[1] >= mean[0], r[:, 1], r[:, 0]).float()
 
     def state(self):
-        return {"alpha": list(self.alpha), "beta": list(self.beta), "pi": list(self.pi)}
+        return {k: [float(x) for x in v] for k, v in zip(("alpha", "beta", "pi"), self._params("cpu"))}
 
     @classmethod
-    def from_state(cls, s):
-        b = cls()
-        b.alpha, b.beta, b.pi = list(s["alpha"]), list(s["beta"]), list(s["pi"])
+    def from_state(cls, s, device=None):
+        b = cls(device)
+        dev = b.alpha.device
+        b.alpha, b.beta, b.pi = (torch.tensor([float(x) for x in s[k]], dtype=torch.float64, device=dev)
+                                 for k in ("alpha", "beta", "pi"))
         return b
 
 
@@ -160,18 +179,17 @@ class BetaMixture:
 @torch.no_grad()
 def project_budget(p: torch.Tensor, budget: float, iters: int = 60) -> torch.Tensor:
     """Euclidean projection onto {0 <= p <= 1, sum p <= B}: clip(p - mu, 0, 1) with the shift mu >= 0 found
-    by bisection; the upper end of the bracket is returned, so the sum never exceeds B."""
+    by bisection; the upper end of the bracket is returned, so the sum never exceeds B. The bracket is kept in
+    float64 0-d tensors on p's device (the values the host floats had): no host round trip per step."""
     q = p.clamp(0, 1)
-    if float(q.sum()) <= budget:
+    if p.numel() == 0:
         return q
-    lo, hi = float(p.min()) - 1.0, float(p.max())
+    lo, hi = p.min().double() - 1.0, p.max().double()
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
-        if float((p - mid).clamp(0, 1).sum()) > budget:
-            lo = mid
-        else:
-            hi = mid
-    return (p - hi).clamp(0, 1)
+        over = (p - mid).clamp(0, 1).sum() > budget
+        lo, hi = torch.where(over, mid, lo), torch.where(over, hi, mid)
+    return torch.where(q.sum() <= budget, q, (p - hi).clamp(0, 1))
 
 
 def hard_flips(p: torch.Tensor, budget: int, mode="topk", min_prob=0.5, gen=None) -> torch.Tensor:

@@ -2,7 +2,9 @@
 each step pairs a source batch and a target batch (2-hop sampled subgraphs), does the model step and the
 graph-reprogramming step on them; only the sampled rows of Delta X and the sampled candidate edges of p get
 updated (row-sparse Adam). BMM refit every `bmm_refit_every` steps on the last batches' seed nodes; pruning
-importance summed over 10 source + target batches; final inference layer-wise over the full target graph."""
+importance summed over 10 source + target batches; final inference layer-wise over the full target graph.
+The graphs, the samplers' CSR, Delta X, p, their row-sparse Adam state, the Beta mixture and the generator all
+live on ctx.device (the sampler's frontier sizes are the only per-step host reads: they size the next hop)."""
 
 from __future__ import annotations
 
@@ -26,12 +28,12 @@ class RowAdam:
     def __init__(self, param: torch.Tensor, lr: float, betas=(0.9, 0.999), eps=1e-8):
         self.p, self.lr, self.b1, self.b2, self.eps = param, lr, betas[0], betas[1], eps
         self.m, self.v = torch.zeros_like(param), torch.zeros_like(param)
-        self.t = torch.zeros(param.shape[0], dtype=torch.int32)
+        self.t = torch.zeros(param.shape[0], dtype=torch.int32, device=param.device)
 
     @torch.no_grad()
     def step(self, rows: torch.Tensor, grad: torch.Tensor):
         rows, inv = torch.unique(rows, return_inverse=True)
-        g = torch.zeros((len(rows),) + tuple(grad.shape[1:]), dtype=grad.dtype).index_add_(0, inv, grad)
+        g = torch.zeros((len(rows),) + tuple(grad.shape[1:]), dtype=grad.dtype, device=grad.device).index_add_(0, inv, grad)
         self.t[rows] += 1
         t = self.t[rows].to(g.dtype).view(-1, *([1] * (g.dim() - 1)))
         m = self.m[rows].mul_(self.b1).add_(g, alpha=1 - self.b1)
@@ -50,8 +52,7 @@ def full_inference(net, x, edge_index, edge_weight, chunk: int):
     for conv in net.encoder.convs:
         lin = torch.cat([conv.lin(h[s:s + chunk]) for s in range(0, n, chunk)])
         out = torch.zeros_like(lin)
-        loop = torch.arange(n)
-        deg = torch.ones(n).index_add_(0, edge_index[1], edge_weight)
+        deg = torch.ones(n, device=x.device).index_add_(0, edge_index[1], edge_weight)
         dinv = deg.rsqrt()
         out += lin * (dinv * dinv)[:, None]
         for s in range(0, edge_index.shape[1], chunk * 4):
@@ -59,7 +60,7 @@ def full_inference(net, x, edge_index, edge_weight, chunk: int):
             w = dinv[e[0]] * edge_weight[s:s + chunk * 4] * dinv[e[1]]
             out.index_add_(0, e[1], lin[e[0]] * w[:, None])
         h = torch.relu(out + conv.bias)
-        del lin, loop
+        del lin
     logits = torch.cat([net.classifier(h[s:s + chunk]) for s in range(0, n, chunk)])
     return logits
 
@@ -73,48 +74,53 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
     t0 = time.perf_counter()
     from methodlab.methods.graphrta.train import build_net
 
-    pair = build_pair(cfg, ctx.progress)
+    dev = ctx.device
+    pair = build_pair(cfg, ctx.progress, device=dev)
     s, t, k = pair.source, pair.target, pair.n_known
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    net = build_net(cfg, s.x.shape[1], k)
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1)
+    with ctx.init_module():
+        model = build_net(cfg, s.x.shape[1], k)
+    net = ctx.prepare_model(model)  # forwards through `net`; masks, state dict and full-graph inference on `model`
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     s_sampler = NeighborSampler(s.edge_index, s.num_nodes, cfg.fanouts, gen)
     graph_rp = cfg.graph_reprogramming
     if graph_rp:
         pairs, exists = flip_candidates(t.edge_index, t.num_nodes, cfg.candidate_nonedge_ratio, gen)
     else:
         pairs = t.edge_index[:, t.edge_index[0] < t.edge_index[1]]
-        exists = torch.ones(pairs.shape[1], dtype=torch.bool)
+        exists = torch.ones(pairs.shape[1], dtype=torch.bool, device=dev)
     m = pairs.shape[1]
     t_edges = torch.cat([pairs, pairs.flip(0)], 1)  # edge e and e + m are the two directions of candidate e
     t_sampler = NeighborSampler(t_edges, t.num_nodes, cfg.fanouts, gen)
     budget = int(round(cfg.edge_budget * int(exists.sum()))) if graph_rp else 0
     delta_x = torch.zeros_like(t.x)
-    p = torch.zeros(m)
+    p = torch.zeros(m, device=dev)
     adam_x, adam_p = RowAdam(delta_x, cfg.lr_feat), RowAdam(p, cfg.lr_adj)
     tr = pair.src_train
     bs = cfg.batch_size
 
     def src_batch():
-        seeds = tr[torch.randint(0, len(tr), (min(bs, len(tr)),), generator=gen)]
+        seeds = tr[torch.randint(0, len(tr), (min(bs, len(tr)),), generator=gen, device=dev)]
         return s_sampler.sample(seeds, s.x, s.y)
 
     pre = ctx.progress(range(1, cfg.pretrain_steps + 1), total=cfg.pretrain_steps, desc="source pre-training", unit="batch")
     for step in pre:  # source pre-training, no early stopping (spec preset)
         net.train()
         b = src_batch()
-        z, lo = _forward(net, b, b.x, None)
-        loss = maths.cls_loss(lo, z, b.y[:b.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix, cfg.mix_lambda, gen)
+        with ctx.autocast():
+            z, lo = _forward(net, b, b.x, None)
+            loss = maths.cls_loss(lo, z, b.y[:b.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix,
+                                  cfg.mix_lambda, gen)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        ctx.backward(loss)
+        ctx.optimizer_step(opt)
         if step % max(1, cfg.pretrain_steps // 5) == 0:
             ctx.report({"epoch": 0, "step": step, "phase": 0, "train/loss": float(loss.detach()),
                         "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
 
     def evaluate(x, ei) -> dict:  # full-graph layer-wise inference, metrics on the target test nodes
-        pred = full_inference(net, x, ei, torch.ones(ei.shape[1]), cfg.infer_chunk).argmax(-1)
-        return open_set_metrics(pred[pair.tgt_test].numpy(), t.y[pair.tgt_test].numpy(), k)
+        pred = full_inference(model, x, ei, torch.ones(ei.shape[1], device=dev), cfg.infer_chunk).argmax(-1)
+        return open_set_metrics(pred[pair.tgt_test].cpu().numpy(), t.y[pair.tgt_test].cpu().numpy(), k)
 
     raw_ei = torch.cat([pairs[:, exists], pairs[:, exists].flip(0)], 1)
     # the unadapted model on the raw target graph: the source-only reference of this very run
@@ -129,15 +135,15 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
     def t_weights(c, pv):
         return torch.where(exists[c], 1 - pv, pv)
 
-    bmm, u_buf = maths.BetaMixture(), []
+    bmm, u_buf = maths.BetaMixture(dev), []
     if cfg.adapts and cfg.effective_prune > 0:  # importance summed over 10 source + target batches at M = 1
-        for lin in net.encoder.masked():
+        for lin in model.encoder.masked():
             lin.mask.fill_(1.0)
         net.eval()
-        net.zero_grad(set_to_none=True)
-        for _ in range(10):
+        model.zero_grad(set_to_none=True)
+        for _ in range(10):  # float32 gradients (no autocast, no loss scaling): they rank the weights
             bsrc = src_batch()
-            bt, c = tgt_batch(torch.randint(0, t.num_nodes, (bs,), generator=gen))
+            bt, c = tgt_batch(torch.randint(0, t.num_nodes, (bs,), generator=gen, device=dev))
             zs, los = _forward(net, bsrc, bsrc.x, None)
             zt, lot = _forward(net, bt, t.x[bt.n_id], t_weights(c, p[c]))
             u = lot.softmax(-1)[:, k].detach()
@@ -146,11 +152,11 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
                     + maths.adv_loss(net.disc, zs, zt, u, cfg.grl_split, 1.0, cfg.adv_form))
             loss.backward()
             u_buf.append(u)
-        maths.prune_masks(net.encoder.masked(), cfg.effective_prune)
-        net.zero_grad(set_to_none=True)
+        maths.prune_masks(model.encoder.masked(), cfg.effective_prune)
+        model.zero_grad(set_to_none=True)
     if u_buf:
         bmm.fit(torch.cat(u_buf), cfg.bmm_iters)
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.adapt_lr or cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.adapt_lr or cfg.lr, weight_decay=cfg.weight_decay)
     steps = cfg.steps_per_epoch or math.ceil(t.num_nodes / bs)
     total = steps * cfg.adapt_epochs if cfg.adapts else 0
     u_buf = []
@@ -158,28 +164,31 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
         net.train()
         coeff = cfg.grl_coeff * ((2 / (1 + math.exp(-10 * step / total)) - 1) if cfg.grl_ramp else 1.0)
         bsrc = src_batch()
-        bt, c = tgt_batch(torch.randint(0, t.num_nodes, (bs,), generator=gen))
-        zs, los = _forward(net, bsrc, bsrc.x, None)
-        zt, lot = _forward(net, bt, t.x[bt.n_id] + delta_x[bt.n_id], t_weights(c, p[c]))
-        u = lot.softmax(-1)[:, k].detach()
-        w = bmm.posterior(u, cfg.bmm_prior == "equal")
-        loss = (maths.cls_loss(los, zs, bsrc.y[:bsrc.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix,
-                               cfg.mix_lambda, gen)
-                + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss)
-                + cfg.w_adv * maths.adv_loss(net.disc, zs, zt, w, cfg.grl_split, coeff, cfg.adv_form)
-                + cfg.w_ent * maths.entropy_loss(lot))
+        bt, c = tgt_batch(torch.randint(0, t.num_nodes, (bs,), generator=gen, device=dev))
+        with ctx.autocast():
+            zs, los = _forward(net, bsrc, bsrc.x, None)
+            zt, lot = _forward(net, bt, t.x[bt.n_id] + delta_x[bt.n_id], t_weights(c, p[c]))
+            u = lot.softmax(-1)[:, k].detach()
+            w = bmm.posterior(u, cfg.bmm_prior == "equal")
+            loss = (maths.cls_loss(los, zs, bsrc.y[:bsrc.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix,
+                                   cfg.mix_lambda, gen)
+                    + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss)
+                    + cfg.w_adv * maths.adv_loss(net.disc, zs, zt, w, cfg.grl_split, coeff, cfg.adv_form)
+                    + cfg.w_ent * maths.entropy_loss(lot))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        net.encoder.apply_masks()
+        ctx.backward(loss)
+        ctx.optimizer_step(opt)
+        model.encoder.apply_masks()
         u_buf.append(u)
         if graph_rp:  # (b) graph step on the same target subgraph, model fixed, row-sparse updates
             net.eval()
             dx = delta_x[bt.n_id].clone().requires_grad_(True)
             pv = p[c].clone().requires_grad_(True)
-            zt, lot = _forward(net, bt, t.x[bt.n_id] + dx, t_weights(c, pv))
-            lg = (cfg.w_ent * maths.entropy_loss(lot) + cfg.w_adv * maths.adv_target(net.disc, zt, w, cfg.grl_split, coeff, cfg.adv_form)
-                  + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss) + cfg.lambda_x * dx.pow(2).sum())
+            with ctx.autocast():
+                zt, lot = _forward(net, bt, t.x[bt.n_id] + dx, t_weights(c, pv))
+                lg = (cfg.w_ent * maths.entropy_loss(lot)
+                      + cfg.w_adv * maths.adv_target(net.disc, zt, w, cfg.grl_split, coeff, cfg.adv_form)
+                      + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss) + cfg.lambda_x * dx.pow(2).sum())
             gx, gp = torch.autograd.grad(lg, [dx, pv])
             adam_x.step(bt.n_id, gx)
             adam_p.step(c, gp)
@@ -192,14 +201,14 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
             ctx.report({"epoch": step / steps, "step": cfg.pretrain_steps + step, "phase": 1,
                         "train/loss": float(loss.detach()), "train/u_mean": float(torch.cat(u_buf).mean()),
                         "bmm/mean_unknown": bmm.means()[1], "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
-    flips = maths.hard_flips(p, budget, "topk", cfg.flip_min_prob) if graph_rp else torch.zeros(m, dtype=torch.bool)
+    flips = maths.hard_flips(p, budget, "topk", cfg.flip_min_prob) if graph_rp else torch.zeros(m, dtype=torch.bool, device=dev)
     keep = exists ^ flips
     metrics = evaluate(t.x + delta_x, torch.cat([pairs[:, keep], pairs[:, keep].flip(0)], 1))
     metrics.update({"epoch": cfg.adapt_epochs, "step": cfg.pretrain_steps + total, "phase": 1,
                     "rp/flips": int(flips.sum()), "time/s": time.perf_counter() - t0})
 
     def write(d: Path):
-        w = {f"net.{n}": v for n, v in net.state_dict().items()}
+        w = {f"net.{n}": v for n, v in model.state_dict().items()}
         save_checkpoint(d, method="graphrta", config=cfg, weights=w,
                         state={"step": metrics["step"], "adapt_epoch": cfg.adapt_epochs, "final": True,
                                "bmm": bmm.state(), "info": {"tau": None}, "n_features": int(s.x.shape[1]), "n_known": k})

@@ -37,12 +37,14 @@ def _self_loops(edge_index, edge_weight, n):
 
 
 def gcn_propagate(h, edge_index, edge_weight, n):
-    """D^-1/2 (A_w + I) D^-1/2 h with messages flowing edge_index[0] -> edge_index[1]."""
+    """D^-1/2 (A_w + I) D^-1/2 h with messages flowing edge_index[0] -> edge_index[1]. Degrees and messages are
+    accumulated in the edge weights' dtype (float32): under bf16 autocast only the linear maps run in bf16."""
     ei, ew = _self_loops(edge_index, edge_weight, n)
-    deg = torch.zeros(n, dtype=h.dtype, device=h.device).index_add_(0, ei[1], ew)
+    deg = torch.zeros(n, dtype=ew.dtype, device=h.device).index_add_(0, ei[1], ew)
     dinv = deg.clamp_min(1e-12).rsqrt()
     norm = dinv[ei[0]] * ew * dinv[ei[1]]
-    return torch.zeros(n, h.shape[1], dtype=h.dtype, device=h.device).index_add_(0, ei[1], h[ei[0]] * norm[:, None])
+    msg = h[ei[0]] * norm[:, None]
+    return torch.zeros(n, h.shape[1], dtype=msg.dtype, device=h.device).index_add_(0, ei[1], msg)
 
 
 class GCNLayer(nn.Module):
@@ -66,8 +68,9 @@ class SAGELayer(nn.Module):
     def forward(self, x, edge_index, edge_weight):
         n = x.shape[0]
         h = self.lin_nbr(x)
-        agg = torch.zeros(n, h.shape[1], dtype=h.dtype).index_add_(0, edge_index[1], h[edge_index[0]] * edge_weight[:, None])
-        den = torch.zeros(n, dtype=h.dtype).index_add_(0, edge_index[1], edge_weight).clamp_min(1e-12)
+        msg = h[edge_index[0]] * edge_weight[:, None]
+        agg = torch.zeros(n, h.shape[1], dtype=msg.dtype, device=x.device).index_add_(0, edge_index[1], msg)
+        den = torch.zeros(n, dtype=edge_weight.dtype, device=x.device).index_add_(0, edge_index[1], edge_weight).clamp_min(1e-12)
         return self.lin(x) + agg / den[:, None]
 
 
@@ -91,7 +94,8 @@ class GATLayer(nn.Module):
         ei, ew = _self_loops(edge_index, edge_weight, n)
         score = F.leaky_relu((h * self.att_src).sum(-1)[ei[0]] + (h * self.att_dst).sum(-1)[ei[1]], 0.2)
         alpha = softmax(score, ei[1], num_nodes=n) * ew
-        return torch.zeros_like(h).index_add_(0, ei[1], h[ei[0]] * alpha[:, None]) + self.bias
+        msg = h[ei[0]] * alpha[:, None]
+        return torch.zeros(n, h.shape[1], dtype=msg.dtype, device=x.device).index_add_(0, ei[1], msg) + self.bias
 
 
 LAYERS = {"gcn": GCNLayer, "sage": SAGELayer, "gat": GATLayer}
@@ -108,7 +112,7 @@ class Encoder(nn.Module):
 
     def forward(self, x, edge_index, edge_weight=None):
         if edge_weight is None:
-            edge_weight = torch.ones(edge_index.shape[1], dtype=x.dtype)
+            edge_weight = torch.ones(edge_index.shape[1], dtype=x.dtype, device=x.device)
         h = x
         for i, conv in enumerate(self.convs):
             if i > 0:

@@ -53,18 +53,22 @@ class Predictor:
 
     def __init__(self, cfg: Config, net, n_features: int, n_known: int, bmm: maths.BetaMixture, tau):
         self.cfg, self.net, self.f, self.k, self.bmm, self.tau = cfg, net, n_features, n_known, bmm, tau
+        self.device = next(net.parameters()).device
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The network and its Beta mixture on `device` (a str or torch.device; None: the CPU)."""
         from methodlab.methods.graphrta.train import build_net
 
+        device = torch.device("cpu" if device is None else device)
         ck = load_checkpoint(directory, method="graphrta")
         cfg = Config.model_validate(ck.config)
         f, k = int(ck.state["n_features"]), int(ck.state["n_known"])
-        net = build_net(cfg, f, k)
+        with device:
+            net = build_net(cfg, f, k)
         net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
         net.eval()
-        return cls(cfg, net, f, k, maths.BetaMixture.from_state(ck.state["bmm"]), ck.state["info"].get("tau"))
+        return cls(cfg, net, f, k, maths.BetaMixture.from_state(ck.state["bmm"], device), ck.state["info"].get("tau"))
 
     def input_model(self) -> type[BaseModel]:
         """This checkpoint's request: node feature rows of exactly its width f."""
@@ -105,8 +109,9 @@ class Predictor:
     def _one(self, item: Input) -> Output:
         from methodlab.methods.graphrta.reprogram import GraphReprogram
 
-        x = torch.tensor(item.x, dtype=torch.float32)
-        ei = torch.tensor(item.edges, dtype=torch.long).reshape(-1, 2).T
+        dev = self.device  # the request's graph moves to the model's device once, here
+        x = torch.tensor(item.x, dtype=torch.float32, device=dev)
+        ei = torch.tensor(item.edges, dtype=torch.long, device=dev).reshape(-1, 2).T
         ei = torch.cat([ei, ei.flip(0)], 1)
         key = torch.unique(torch.minimum(ei[0], ei[1]) * len(x) + torch.maximum(ei[0], ei[1]))
         key = key[key // len(x) != key % len(x)]
@@ -117,14 +122,14 @@ class Predictor:
         unknown_head = cfg.method != "source_threshold"
         if item.reprogram and unknown_head and steps > 0:
             rp = GraphReprogram(x, ei, budget_frac=cfg.edge_budget, nonedge_ratio=cfg.candidate_nonedge_ratio,
-                                lr_feat=cfg.lr_feat, lr_adj=cfg.lr_adj, gen=torch.Generator().manual_seed(item.seed),
+                                lr_feat=cfg.lr_feat, lr_adj=cfg.lr_adj, gen=torch.Generator(device=dev).manual_seed(item.seed),
                                 enabled=True)
             bmm, equal = self.bmm, cfg.bmm_prior == "equal"
             for _ in range(steps):
                 _, u = rp.step(self.net, lambda u_, b=bmm: b.posterior(u_, equal), w_ent=cfg.w_ent, w_adv=cfg.w_adv,
                                w_unk=cfg.w_unk, lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, unk_mode=cfg.unk_loss,
                                form=cfg.adv_form)
-                bmm = maths.BetaMixture().fit(u, cfg.bmm_iters) if len(u) >= 4 else bmm
+                bmm = maths.BetaMixture(dev).fit(u, cfg.bmm_iters) if len(u) >= 4 else bmm
             x, ei, ew = rp.hard(cfg.edge_eval, cfg.flip_min_prob)
             flipped = rp.n_flips(cfg.edge_eval, cfg.flip_min_prob)
         else:
@@ -133,6 +138,7 @@ class Predictor:
             _, logits = self.net(x, ei, ew)
             probs = torch.nan_to_num(logits.softmax(-1), nan=0.0)
         pred = probs.argmax(-1) if unknown_head else threshold_predict(probs, float(self.tau or 0.5))
+        pred, probs = pred.cpu(), probs.cpu()
         return Output(pred=pred.tolist(), is_unknown=(pred == self.k).tolist(),
                       probs=probs.tolist() if item.return_probs else None, unknown_class_index=self.k,
                       n_flipped_edges=max(flipped, 0), method=cfg.method)

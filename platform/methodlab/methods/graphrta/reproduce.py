@@ -43,13 +43,12 @@ KEYS = ("eval/h_score", "eval/acc_known", "eval/acc_unknown", "eval/acc")
 
 
 def run_one(job: dict) -> dict:
-    import torch
-
     from methodlab.core import RunContext
+    from methodlab.core.device import set_threads
     from methodlab.methods.graphrta.config import Config
     from methodlab.methods.graphrta.train import fit
 
-    torch.set_num_threads(1)
+    set_threads(1)  # one torch (and BLAS) thread per worker process, as before
     cfg = Config(**job["config"])
     ctx = RunContext(quiet=True)
     t0 = time.perf_counter()

@@ -1,7 +1,10 @@
 """graphrta fit, top to bottom (full batch): source pre-training with early stopping -> (threshold baseline:
 tau on the target val split) -> pruning masks -> adaptation epochs of (a) one model step on L,
 (b) one graph-reprogramming step, (c) BMM refit -> inference on the reprogrammed target graph.
-Checkpoints after pre-training and every `checkpoint_every` adaptation epochs; a resume continues there."""
+Checkpoints after pre-training and every `checkpoint_every` adaptation epochs; a resume continues there.
+Graphs, split indices, the network, the reprogramming variables, the Beta mixture and every generator live on
+ctx.device; losses and metrics are read back to the host at reports only (the network's forwards run under
+ctx.autocast, the graph variables and their Adam stay float32)."""
 
 from __future__ import annotations
 
@@ -46,8 +49,9 @@ def full_loss(cfg, net, pair, rp, w_fn, gen, *, detach_graph=True, coeff=1.0):
     l_adv = maths.adv_loss(net.disc, z_s[tr], z_t, w, cfg.grl_split, coeff, cfg.adv_form)
     l_ent = maths.entropy_loss(lo_t)
     loss = l_cls + cfg.w_unk * l_unk + cfg.w_adv * l_adv + cfg.w_ent * l_ent
-    return loss, {"train/l_cls": float(l_cls.detach()), "train/l_unk": float(l_unk.detach()), "train/l_adv": float(l_adv.detach()),
-                  "train/l_ent": float(l_ent.detach())}, u
+    parts = {"train/l_cls": l_cls.detach(), "train/l_unk": l_unk.detach(), "train/l_adv": l_adv.detach(),
+             "train/l_ent": l_ent.detach()}  # 0-d tensors on the device: floats at report time
+    return loss, parts, u
 
 
 def compute_prune(cfg, net, pair, rp, gen):
@@ -85,95 +89,157 @@ def predict(cfg, net, rp, pair, tau=None):
 def _eval(cfg, net, rp, pair, tau=None) -> dict:
     pred, _ = predict(cfg, net, rp, pair, tau)
     idx = pair.tgt_test
-    return open_set_metrics(pred[idx].numpy(), pair.target.y[idx].numpy(), pair.n_known)
+    return open_set_metrics(pred[idx].cpu().numpy(), pair.target.y[idx].cpu().numpy(), pair.n_known)
 
 
-def pretrain(cfg, net, opt, pair, gen, ctx, t0):
+def _rng_state(gen, device) -> tuple:
+    """The random state an epoch consumes: the method's generator and the global one dropout draws from."""
+    dev_state = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return gen.get_state(), torch.get_rng_state(), dev_state
+
+
+def _set_rng_state(gen, device, state: tuple) -> None:
+    gen.set_state(state[0])
+    torch.set_rng_state(state[1])
+    if state[2] is not None:
+        torch.cuda.set_rng_state(state[2], device)
+
+
+def _deep_clone(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, dict):
+        return {k: _deep_clone(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_deep_clone(v) for v in obj]
+    return obj
+
+
+def pretrain(cfg, net, opt, pair, gen, ctx, t0, model=None):
     """Source-only training on L_cls (K+1 head with placeholder + mixup terms; plain CE for the K-way
-    threshold baseline), early stopping on source val accuracy, best weights restored."""
+    threshold baseline), early stopping on source val accuracy, best weights restored. `net` is the prepared
+    module (its forward runs), `model` the raw one (state dict).
+
+    Early stopping without a host read per epoch: the best accuracy, the patience counter and the stopping epoch
+    are device tensors, read every `log_every` epochs (where a report is written anyway) and at the end. Epochs
+    run past the stopping point in between are undone: the random state (the method's generator and the global
+    one) and the optimiser state return to the end of the stopping epoch, and the best weights are restored as
+    before, so the result is that of stopping at once."""
+    model = net if model is None else model
     s, tr, va = pair.source, pair.src_train, pair.src_val
-    best, best_state, bad = -1.0, None, 0
+    dev = s.x.device
+    best = torch.full((), -1.0, device=dev)
+    bad = torch.zeros((), dtype=torch.long, device=dev)
+    stop_at = torch.zeros((), dtype=torch.long, device=dev)  # the epoch at which patience ran out (0: not yet)
+    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    seen = torch.zeros((), dtype=torch.bool, device=dev)  # any improvement yet (as `best_state is not None` was)
+    after = {}  # epoch -> (random state, optimiser state) at its end, since the last read of stop_at
     epoch = 0
     for epoch in range(1, cfg.pretrain_epochs + 1):
         net.train()
-        z, lo = net(s.x, s.edge_index)
-        if cfg.method == "source_threshold":
-            loss = torch.nn.functional.cross_entropy(lo[tr], s.y[tr])
-        else:
-            loss = maths.cls_loss(lo[tr], z[tr], s.y[tr], net.classifier, cfg.beta_ph, cfg.beta_mix, cfg.mix_lambda, gen)
+        with ctx.autocast():
+            z, lo = net(s.x, s.edge_index)
+            if cfg.method == "source_threshold":
+                loss = torch.nn.functional.cross_entropy(lo[tr], s.y[tr])
+            else:
+                loss = maths.cls_loss(lo[tr], z[tr], s.y[tr], net.classifier, cfg.beta_ph, cfg.beta_mix,
+                                      cfg.mix_lambda, gen)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        ctx.backward(loss)
+        ctx.optimizer_step(opt)
         with torch.no_grad():
             net.eval()
-            acc = float((net(s.x, s.edge_index)[1][va].argmax(-1) == s.y[va]).float().mean())
-        if acc > best:
-            best, bad = acc, 0
-            best_state = {k: v.clone() for k, v in net.state_dict().items()}
-        else:
-            bad += 1
-        if epoch % cfg.log_every == 0:
-            m = {"epoch": epoch, "phase": 0, "train/loss": float(loss.detach()), "src/val_acc": acc, "time/s": time.perf_counter() - t0}
-            m.update(_eval(cfg, net, None, pair) if cfg.method != "source_threshold" else
+            acc = (net(s.x, s.edge_index)[1][va].argmax(-1) == s.y[va]).float().mean()
+            live = stop_at == 0
+            improved = acc > best
+            keep = improved & live
+            best = torch.where(keep, acc, best)
+            seen = seen | keep
+            for k, v in model.state_dict().items():
+                best_state[k].copy_(torch.where(keep, v, best_state[k]))
+            bad = torch.where(live, torch.where(improved, torch.zeros_like(bad), bad + 1), bad)
+            stop_at = torch.where(live & (bad >= cfg.patience), torch.full_like(stop_at, epoch), stop_at)
+        report = epoch % cfg.log_every == 0
+        if not (report or epoch == cfg.pretrain_epochs):
+            after[epoch] = (_rng_state(gen, dev), _deep_clone(opt.state_dict()))
+            continue
+        stopped = int(stop_at)  # the one host read of the early-stopping state, every log_every epochs
+        if stopped and stopped < epoch:  # patience ran out in between: undo the epochs after it, no report
+            rng, opt_state = after[stopped]
+            _set_rng_state(gen, dev, rng)
+            opt.load_state_dict(opt_state)
+            epoch = stopped
+            break
+        after.clear()
+        if report:
+            m = {"epoch": epoch, "phase": 0, "train/loss": float(loss.detach()), "src/val_acc": float(acc),
+                 "time/s": time.perf_counter() - t0}
+            m.update(_eval(cfg, model, None, pair) if cfg.method != "source_threshold" else
                      {"eval/h_score": float("nan")})
             ctx.report(m)
-        if bad >= cfg.patience:
+        if stopped:
             break
-    if best_state is not None:
-        net.load_state_dict(best_state)
-    return epoch, best
+    if bool(seen):
+        model.load_state_dict(best_state)
+    return epoch, float(best)
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     if cfg.batching == "neighbor":
         from methodlab.methods.graphrta.minibatch import fit_neighbor
 
         return fit_neighbor(cfg, ctx)
     t0 = time.perf_counter()
-    pair = build_pair(cfg, ctx.progress)
+    dev = ctx.device
+    pair = build_pair(cfg, ctx.progress, device=dev)
     k = pair.n_known
-    net = build_net(cfg, pair.source.x.shape[1], k)
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    with ctx.init_module():
+        model = build_net(cfg, pair.source.x.shape[1], k)
+    net = ctx.prepare_model(model)  # forwards run through `net`; state dicts and pruning masks are `model`'s
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1)
     rp = None
     if cfg.adapts:
         rp = GraphReprogram(pair.target.x, pair.target.edge_index, budget_frac=cfg.edge_budget,
                             nonedge_ratio=cfg.candidate_nonedge_ratio, lr_feat=cfg.lr_feat, lr_adj=cfg.lr_adj,
-                            gen=torch.Generator().manual_seed(cfg.seed + 2), enabled=cfg.graph_reprogramming)
-    bmm, info = maths.BetaMixture(), {"tau": None, "pre_epochs": 0, "src_val": 0.0, "val_h": None}
+                            gen=torch.Generator(device=dev).manual_seed(cfg.seed + 2), enabled=cfg.graph_reprogramming)
+    bmm, info = maths.BetaMixture(dev), {"tau": None, "pre_epochs": 0, "src_val": 0.0, "val_h": None}
     adapt_epoch = 0
 
-    if ctx.checkpoint is not None:  # resume at the saved adaptation epoch
+    if ctx.checkpoint is not None:  # resume at the saved adaptation epoch (on the device that wrote it: RNG states)
         ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
-        net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
-        opt.load_state_dict(ck.torch_state["opt"])
+        model.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
+        opt.load_state_dict(ck.torch_state["opt"])  # the model is on its device: the state follows it
         gen.set_state(ck.torch_state["gen"])
         torch.set_rng_state(ck.torch_state["rng"])
+        if ck.torch_state.get("rng_device") is not None and dev.type == "cuda":
+            torch.cuda.set_rng_state(ck.torch_state["rng_device"], dev)
         if rp is not None:
             rp.load(ck.weights, ck.torch_state.get("opt_g"))
-        bmm = maths.BetaMixture.from_state(ck.state["bmm"])
+        bmm = maths.BetaMixture.from_state(ck.state["bmm"], dev)
         info = dict(ck.state["info"])
         adapt_epoch = int(ck.state["adapt_epoch"])
         ctx.history[:] = list(ck.extras.get("history", []))
     else:
-        info["pre_epochs"], info["src_val"] = pretrain(cfg, net, opt, pair, gen, ctx, t0)
+        info["pre_epochs"], info["src_val"] = pretrain(cfg, net, opt, pair, gen, ctx, t0, model)
         if cfg.method == "source_threshold":
-            _, probs = predict(cfg, net, None, pair)
+            _, probs = predict(cfg, model, None, pair)
             info["tau"], info["val_h"] = choose_tau(probs, pair.target.y, pair.tgt_val)
         if cfg.adapts:
             if cfg.effective_prune > 0:
-                compute_prune(cfg, net, pair, rp, gen)
-            opt = torch.optim.Adam(net.parameters(), lr=cfg.adapt_lr or cfg.lr, weight_decay=cfg.weight_decay)
-            _, probs = predict(cfg, net, rp, pair)
+                compute_prune(cfg, model, pair, rp, gen)
+            opt = torch.optim.Adam(model.parameters(), lr=cfg.adapt_lr or cfg.lr, weight_decay=cfg.weight_decay)
+            _, probs = predict(cfg, model, rp, pair)
             bmm.fit(probs[:, k], cfg.bmm_iters)  # schedule step 2: BMM fitted before the first adaptation epoch
 
     def writer(step, final):
         def write(d: Path):
-            w = {f"net.{n}": v for n, v in net.state_dict().items()}
+            w = {f"net.{n}": v for n, v in model.state_dict().items()}
             ts = {"opt": opt.state_dict(), "gen": gen.get_state(), "rng": torch.get_rng_state()}
+            if dev.type == "cuda":
+                ts["rng_device"] = torch.cuda.get_rng_state(dev)  # dropout's generator on the GPU
             if rp is not None:
                 w.update(rp.tensors())
                 ts["opt_g"] = rp.opt.state_dict()
@@ -187,7 +253,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     n_adapt = cfg.adapt_epochs if cfg.adapts else 0
     if adapt_epoch == 0 and ctx.checkpoint is None:
         m = {"epoch": base, "phase": 1, "time/s": time.perf_counter() - t0, "src/val_acc": info["src_val"]}
-        m.update(_eval(cfg, net, rp, pair, info["tau"]))
+        m.update(_eval(cfg, model, rp, pair, info["tau"]))
         ctx.report(m, checkpoint=writer(base, n_adapt == 0))
     while adapt_epoch < n_adapt:
         adapt_epoch += 1
@@ -195,25 +261,28 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         equal = cfg.bmm_prior == "equal"
         w_fn = (lambda u: u.clamp(maths.EPS_U, 1 - maths.EPS_U)) if warm else (lambda u: bmm.posterior(u, equal))
         if cfg.mask_refresh and adapt_epoch % cfg.mask_refresh == 0 and cfg.effective_prune > 0:
-            compute_prune(cfg, net, pair, rp, gen)
+            compute_prune(cfg, model, pair, rp, gen)
         net.train()
         coeff = grl_lambda(cfg, adapt_epoch)
-        loss, parts, u = full_loss(cfg, net, pair, rp, w_fn, gen, coeff=coeff)  # (a) model step, graph fixed
+        with ctx.autocast():  # (a) model step, graph fixed
+            loss, parts, u = full_loss(cfg, net, pair, rp, w_fn, gen, coeff=coeff)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        net.encoder.apply_masks()
+        ctx.backward(loss)
+        ctx.optimizer_step(opt)
+        model.encoder.apply_masks()
         loss_g, u_g = rp.step(net, w_fn, w_ent=cfg.w_ent, w_adv=cfg.w_adv, w_unk=cfg.w_unk,  # (b) graph step
                               lambda_x=cfg.lambda_x, grl_split=cfg.grl_split, coeff=coeff, form=cfg.adv_form,
-                              unk_mode=cfg.unk_loss)
+                              unk_mode=cfg.unk_loss, autocast=ctx.autocast)
         bmm.fit(u_g if u_g is not None else u, cfg.bmm_iters)  # (c) refit on detached unknown probabilities
         done = adapt_epoch == n_adapt
         if adapt_epoch % cfg.log_every == 0 or done:
-            m = {"epoch": base + adapt_epoch, "phase": 1, "train/loss": float(loss.detach()), "train/loss_graph": loss_g,
-                 **parts, "bmm/mean_known": bmm.means()[0], "bmm/mean_unknown": bmm.means()[1],
+            means = bmm.means()
+            m = {"epoch": base + adapt_epoch, "phase": 1, "train/loss": float(loss.detach()),
+                 "train/loss_graph": float(loss_g), **{key: float(v) for key, v in parts.items()},
+                 "bmm/mean_known": means[0], "bmm/mean_unknown": means[1],
                  "rp/flips": rp.n_flips(cfg.edge_eval, cfg.flip_min_prob), "rp/p_sum": float(rp.p.detach().sum()),
                  "rp/dx_norm": float(rp.delta_x.detach().norm()), "time/s": time.perf_counter() - t0}
-            m.update(_eval(cfg, net, rp, pair))
+            m.update(_eval(cfg, model, rp, pair))
             save = done or adapt_epoch % cfg.checkpoint_every == 0
             ctx.report(m, checkpoint=writer(base + adapt_epoch, done) if save else None)
     return ctx.history[-1]

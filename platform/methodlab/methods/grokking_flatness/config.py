@@ -16,6 +16,7 @@ Regularizer = Literal["none", "collapse_prevent", "collapse_encourage", "anti_fl
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "val/accuracy"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("val/accuracy", "rf", "cdnv", "train/accuracy", "val/loss")
     smoke: ClassVar[dict] = {"p": 23, "n_layers": 1, "d_model": 64, "train_frac": 0.5, "lr": 3e-3,
                              "max_steps": 300, "log_every": 50, "checkpoint_every": 150}
 
@@ -80,7 +81,7 @@ class Config(MethodConfig):
     stop_at_val_acc: float | None = Field(None, gt=0.0, le=1.0, description="Stop stop_after_steps after val acc reaches this.")
     stop_after_steps: int = Field(100, ge=0)
     measure_from: str | None = Field(None, description="Setting 'measure': checkpoint directory to re-measure.")
-    torch_threads: int | None = Field(None, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this (None: the job's).")
 
     @model_validator(mode="after")
     def _check(self):

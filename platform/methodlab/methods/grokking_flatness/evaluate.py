@@ -13,16 +13,17 @@ def forward_task(model, x: torch.Tensor, task: str):
     """Returns (loss, correct[N] bool, W, phi, logits_at_measure, labels) for a batch of the task.
 
     Modular: the loss is the mean cross-entropy over the right-hand side (c and the final <eos>);
-    an equation is correct only if both are argmax-correct."""
+    an equation is correct only if both are argmax-correct. The loss is float32 also when the forward
+    runs under autocast (bf16 / fp16 logits are upcast first)."""
     if task == "digits":
         logits, phi = model(x[0])
         y = x[1]
-        return F.cross_entropy(logits, y), logits.argmax(-1) == y, logits, phi, y
+        return F.cross_entropy(logits.float(), y), logits.argmax(-1) == y, logits, phi, y
     inp, tgt = x[:, :-1], x[:, 1:]
     logits, hidden = model(inp)  # right-hand-side positions only: [B, 2, ...] (predicting c, then <eos>)
     rhs_logits = logits
     rhs_tgt = tgt[:, ANSWER_POS:]
-    loss = F.cross_entropy(rhs_logits.reshape(-1, rhs_logits.shape[-1]), rhs_tgt.reshape(-1))
+    loss = F.cross_entropy(rhs_logits.float().reshape(-1, rhs_logits.shape[-1]), rhs_tgt.reshape(-1))
     correct = (rhs_logits.argmax(-1) == rhs_tgt).all(-1)
     return loss, correct, logits, hidden, rhs_tgt[:, 0]
 

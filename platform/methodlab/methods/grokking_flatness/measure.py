@@ -1,4 +1,5 @@
-"""Setting `measure`: recompute RF (trace and neuron-wise), CDNV and NC1 from a saved checkpoint."""
+"""Setting `measure`: recompute RF (trace and neuron-wise), CDNV and NC1 from a saved checkpoint, on the
+run's device (data and model on ctx.device, float32 forward; the neuron-wise RF in float64)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from methodlab.methods.grokking_flatness.model import build_model
 def fit_measure(cfg: Config, ctx: RunContext) -> dict:
     if not cfg.measure_from:
         raise ConfigError("setting 'measure' needs config.measure_from = a checkpoint directory", field="config.measure_from")
+    ctx.limit_threads(cfg.torch_threads)
     ck = load_checkpoint(cfg.measure_from, method="grokking_flatness")
     trained = Config.model_validate(ck.config)
-    data = build_data(trained)
-    model = build_model(trained, data.vocab_size)
-    model.load_state_dict(ck.weights)
+    data = build_data(trained, ctx.device)
+    with ctx.init_module():
+        model = build_model(trained, data.vocab_size)
+    model.load_state_dict(ck.weights)  # CPU checkpoint tensors copied into the parameters on ctx.device
     metrics = {"step": int(ck.state.get("step", 0)), **evaluate(model, data, trained)}
     with torch.no_grad():
         x = (data.x_train, data.y_train) if trained.task == "digits" else data.x_train

@@ -67,6 +67,17 @@ def anti_flat_term(W: torch.Tensor, phi: torch.Tensor, logits: torch.Tensor, tau
     return (W.pow(2).sum() * (pt * (1 - pt)).sum(-1) * phin.pow(2).sum(-1)).mean()
 
 
-def batch_cdnv(phi: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """CDNV inside the regularizer: only classes with >= 2 samples in the batch."""
-    return cdnv(phi, y, min_count=2)
+def batch_cdnv(phi: torch.Tensor, y: torch.Tensor, num_classes: int | None = None) -> torch.Tensor:
+    """CDNV inside the regularizer: only classes with >= 2 samples in the batch (the value of
+    cdnv(phi, y, min_count=2)). It runs every training step, so it keeps every class id in 0..num_classes-1
+    and masks the absent ones instead of torch.unique / boolean indexing, whose output sizes would need a
+    host round trip. num_classes None: read from y (one host sync; for ad-hoc calls, not the training loop)."""
+    k = int(y.max()) + 1 if num_classes is None else num_classes
+    zeros = lambda *shape: torch.zeros(*shape, dtype=phi.dtype, device=phi.device)  # noqa: E731
+    counts = zeros(k).index_add_(0, y, torch.ones_like(y, dtype=phi.dtype))
+    mu = zeros(k, phi.shape[1]).index_add_(0, y, phi) / counts.clamp_min(1)[:, None]
+    var = zeros(k).index_add_(0, y, (phi - mu[y]).pow(2).sum(-1)) / counts.clamp_min(1)
+    keep = counts >= 2
+    pairs = keep[:, None] & keep[None, :] & ~torch.eye(k, dtype=torch.bool, device=phi.device)
+    ratio = (var[:, None] + var[None, :]) / (2 * torch.cdist(mu, mu).pow(2).clamp_min(1e-12))
+    return torch.where(pairs, ratio, 0.0).sum() / pairs.sum().clamp_min(1)  # 0 with < 2 classes kept

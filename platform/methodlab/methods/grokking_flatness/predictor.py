@@ -35,16 +35,20 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, model, cfg: Config, step: int, history: list[dict]):
+    def __init__(self, model, cfg: Config, step: int, history: list[dict], device="cpu"):
         self.model, self.cfg, self.step, self.history = model.eval(), cfg, step, history
+        self.device = torch.device(device)
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The checkpoint's model on `device` (None: the CPU; a str or torch.device)."""
+        device = torch.device(device if device is not None else "cpu")
         ck = load_checkpoint(directory, method="grokking_flatness")
         cfg = Config.model_validate(ck.config)
-        model = build_model(cfg, Vocab(cfg.p).size if cfg.task == "modular" else None)
+        with device:
+            model = build_model(cfg, Vocab(cfg.p).size if cfg.task == "modular" else None)
         model.load_state_dict(ck.weights)
-        return cls(model, cfg, int(ck.state.get("step", 0)), ck.extras.get("history", []))
+        return cls(model, cfg, int(ck.state.get("step", 0)), ck.extras.get("history", []), device)
 
     def input_model(self) -> type[BaseModel]:
         """The request schema of this checkpoint: its task's fields required, its modulus and operation."""
@@ -91,7 +95,7 @@ class Predictor:
         for i, x in enumerate(inputs):
             self._check(i, x)
         if self.cfg.task == "digits":
-            xs = torch.tensor([x.pixels for x in inputs], dtype=torch.float32) / 16.0
+            xs = torch.tensor([x.pixels for x in inputs], dtype=torch.float32, device=self.device) / 16.0
             probs = torch.softmax(self.model(xs)[0], -1)
             truth = [None] * len(inputs)
         else:
@@ -99,11 +103,11 @@ class Predictor:
             a = np.array([x.a for x in inputs])
             b = np.array([x.b for x in inputs])
             rows = torch.tensor(np.stack([np.full(len(a), v.eos), a, np.full(len(a), v.op_token), b,
-                                          np.full(len(a), v.eq)], 1), dtype=torch.long)
+                                          np.full(len(a), v.eq)], 1), dtype=torch.long, device=self.device)
             logits, _ = self.model(rows)
             probs = torch.softmax(logits[:, 0], -1)  # position predicting c
             truth = apply_op(self.cfg.op, a, b, self.cfg.p).tolist()
-        top_p, top_i = probs.topk(5, dim=-1)
+        top_p, top_i = (t.cpu() for t in probs.topk(5, dim=-1))  # one copy back per batch
         out = []
         for k in range(len(inputs)):
             c = int(top_i[k, 0])

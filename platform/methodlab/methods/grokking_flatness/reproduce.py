@@ -42,14 +42,13 @@ def run_name(regime: str, seed: int) -> str:
 
 def _run(args) -> list[dict]:
     job, name, overrides, storage = args
-    import torch
-
-    torch.set_num_threads(1)
     from methodlab.runners.local import run_local
     from methodlab.runners.results import read_history_jsonl
     from methodlab.specs.files import load_job
 
-    out = run_local(load_job(job, overrides=overrides), name, storage, quiet=True)
+    # one torch thread per run, as the recipe was measured (several runs share the machine's cores): the
+    # config narrows the job's threads inside fit (torch_threads may change on resume: folders are reused)
+    out = run_local(load_job(job, overrides=[*overrides, "torch_threads=1"]), name, storage, quiet=True)
     return read_history_jsonl(Path(out["run_dir"]) / "metrics.jsonl")
 
 

@@ -1,5 +1,9 @@
 """grokking_flatness training loop, top to bottom: data, model, AdamW with decoupled weight decay,
-the regularizers, measurements at log steps, checkpoints, resume, grokking summary metrics."""
+the regularizers, measurements at log steps, checkpoints, resume, grokking summary metrics.
+
+The reference loop for the device contract (CONTRIBUTING.md "Devices, precision, threads"): data and
+model on ctx.device, the optimiser's state restored after the model is there, batches drawn where they
+are used, the forward under ctx.autocast(), and scalars read only at log steps."""
 
 from __future__ import annotations
 
@@ -58,12 +62,14 @@ def lr_at(step: int, cfg: Config) -> float:
     return base_lr_at(step, cfg)
 
 
-def batch_indices(step: int, n: int, batch: int, seed: int) -> torch.Tensor:
-    """Deterministic epoch permutations, so a resumed run sees the same batches as an uninterrupted one."""
+def batch_indices(step: int, n: int, batch: int, seed: int, device="cpu") -> torch.Tensor:
+    """Deterministic epoch permutations, so a resumed run sees the same batches as an uninterrupted one.
+    Drawn on `device` (the data's) by a generator there: on the CPU the same batches as ever; a GPU's
+    generator gives other (equally deterministic) permutations."""
     per_epoch = math.ceil(n / batch)
     epoch, k = divmod(step, per_epoch)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    perm = torch.randperm(n, generator=g)
+    g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(n, generator=g, device=device)
     return perm[k * batch:(k + 1) * batch]
 
 
@@ -76,39 +82,47 @@ def is_log_step(step: int, last_log: int, cfg: Config) -> bool:
 
 
 def regularizer(cfg: Config, step: int, model, logits, hidden, y) -> torch.Tensor | None:
-    """The term added to the cross-entropy (None when off). phi = features at the answer position."""
+    """The term added to the cross-entropy (None when off). phi = features at the answer position.
+    Float32 maths whatever the forward's precision (no-op casts under fp32), and no host round trip."""
     if cfg.reg == "none":
         return None
-    phi = hidden if cfg.task == "digits" else hidden[:, 0]  # the model returns RHS positions only
-    z = logits if cfg.task == "digits" else logits[:, 0]
+    phi = (hidden if cfg.task == "digits" else hidden[:, 0]).float()  # the model returns RHS positions only
+    z = (logits if cfg.task == "digits" else logits[:, 0]).float()
+    n_classes = z.shape[-1] if cfg.task == "digits" else cfg.p  # answers are residues 0..p-1
     lam = cfg.lam_value
     if cfg.reg == "collapse_prevent":
-        return -lam * measures.batch_cdnv(phi, y)
+        return -lam * measures.batch_cdnv(phi, y, n_classes)
     if cfg.reg == "collapse_encourage":
-        return lam * measures.batch_cdnv(phi, y)
+        return lam * measures.batch_cdnv(phi, y, n_classes)
     if step < cfg.cancel_at:  # anti_flat: pushes the model away from relative flatness
         return -lam * measures.anti_flat_term(model.W, phi, z, cfg.tau)
     return None
 
 
+@torch.no_grad()
+def cap_norm_(W: torch.Tensor, cap: float) -> None:
+    """W *= min(1, cap / ||W||_F) in place, on the device (no host round trip to compare the norm)."""
+    W.mul_((cap / W.norm()).clamp(max=1.0))
+
+
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)  # a config may narrow the job's threads, never widen them
     seed_everything(cfg.seed)
-    data = build_data(cfg)
-    model = build_model(cfg, data.vocab_size)
+    data = build_data(cfg, ctx.device)  # train and validation tensors, moved once to the run's device
+    with ctx.init_module():  # parameters are created on ctx.device
+        model = build_model(cfg, data.vocab_size)
     opt = make_optimizer(model, cfg)
     batch = min(cfg.batch_size, math.ceil(len(data.y_train) / 2))
 
     step, history = 0, []
-    if ctx.checkpoint is not None:
+    if ctx.checkpoint is not None:  # the model is on its device: Adam's state follows its parameters there
         ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
         model.load_state_dict(ck.weights)
         opt.load_state_dict(ck.torch_state["optimizer"])
         step, history = int(ck.state["step"]), list(ck.extras.get("history", []))
     ctx.history[:] = history  # curves stay continuous across a resume
-    model = ctx.prepare_model(model)
-    core = getattr(model, "module", model)
+    model = ctx.prepare_model(model)  # DDP when world_size > 1, torch.compile when the job asks
+    core = ctx.unwrap(model)  # the plain module: state_dict, the readout W, evaluation
 
     def writer(final: bool = False):
         def write(d: Path) -> None:
@@ -129,26 +143,24 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             if cfg.reg == "anti_flat" and step >= cfg.cancel_at and cfg.cancel_weight_decay is not None \
                     and group["decayed"]:
                 group["weight_decay"] = cfg.cancel_weight_decay
-        idx = batch_indices(step, len(data.y_train), batch, cfg.seed)
+        idx = batch_indices(step, len(data.y_train), batch, cfg.seed, ctx.device)
         if ctx.world_size > 1:  # data parallel: each rank takes its shard of the same global batch
             idx = idx[ctx.rank::ctx.world_size]
         xb = (data.x_train[idx], data.y_train[idx]) if cfg.task == "digits" else data.x_train[idx]
-        loss, _, logits, hidden, y = forward_task(model, xb, cfg.task)
+        with ctx.autocast():  # bf16 / fp16 forward when the job asks; the loss itself is float32
+            loss, _, logits, hidden, y = forward_task(model, xb, cfg.task)
         reg = regularizer(cfg, step, core, logits, hidden, y)
         total = loss if reg is None else loss + reg
         opt.zero_grad(set_to_none=True)
-        total.backward()
+        ctx.backward(total)
         if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+            ctx.clip_grad_norm_(model.parameters(), cfg.grad_clip, opt)
+        ctx.optimizer_step(opt)
         if cfg.reg == "anti_flat":  # Frobenius cap: without it the anti-flat term diverges by inflating W
-            with torch.no_grad():
-                norm = core.W.norm()
-                if norm > cfg.w_cap:
-                    core.W.mul_(cfg.w_cap / norm)
+            cap_norm_(core.W, cfg.w_cap)
         step += 1
 
-        if is_log_step(step, last_log, cfg):
+        if is_log_step(step, last_log, cfg):  # the only place scalars leave the device
             last_log = step
             metrics = {"step": step, "lr": lr, "train/batch_loss": loss.item(),
                        "reg/term": 0.0 if reg is None else reg.item(),

@@ -13,4 +13,10 @@ SPEC = MethodSpec(
     predictor=f"{_PKG}.predictor:Predictor",
     reproduce=f"{_PKG}.reproduce:main",
     settings={"riemann": f"{_PKG}.riemann:fit_riemann", "evaluate": f"{_PKG}.evaluate:fit_evaluate"},
+    precisions=("fp32",),
+    precision_note="gyroatt's geometry is float64 by design (E2R covariances, eigh / logm / expm / Cholesky of SPD "
+                   "tokens, Grassmann and Karcher maps with Daleckii-Krein backwards); 'fp32' runs that maths "
+                   "unchanged (float64 tokens, a float32 CNN front end and classifier). Autocast leaves float64 alone "
+                   "but would build the covariances from bf16 / fp16 front-end features (8-11 bit mantissas), blurring "
+                   "the small eigenvalues that logm and the eigen-gap backwards amplify",
 )

@@ -16,9 +16,10 @@ Geometry = Literal["spd-aim", "spd-lem", "spd-lcm", "spsd-aim", "spsd-lem", "sps
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "val/accuracy"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("val/accuracy", "val/balanced_accuracy", "test/accuracy", "train/loss")
     smoke: ClassVar[dict] = {"n_train_per_class": 16, "n_val_per_class": 4, "n_test_per_class": 8, "f1": 8, "f2": 8,
                              "d_out": 6, "epochs": 2, "batch_size": 32, "lr": 5e-3, "weight_decay": 1e-3,
-                             "checkpoint_every": 1, "torch_threads": 1}
+                             "checkpoint_every": 1}
     resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"eval_test"}
 
     seed: int = Field(0, description="Seed of init and batch order (the data have their own data_seed).")
@@ -74,14 +75,15 @@ class Config(MethodConfig):
     log_every: int = Field(1, ge=1, description="Epochs between evaluations/reports.")
     checkpoint_every: int = Field(10, ge=1, description="Epochs between checkpoints (the last is always written).")
     eval_test: bool = Field(True, description="Evaluate the test split at each report (best-val-loss model selection).")
-    torch_threads: int | None = Field(None, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this many "
+                                      "(never widen them); None: the job's (scaling.cpus_per_worker).")
 
     # --- serving / riemann setting ----------------------------------------------------------------
     serve_length_policy: Literal["strict", "crop_pad"] = Field(
         "strict", description="Serving: strict answers 422 on a trial-length mismatch; crop_pad crops/zero-pads.")
     riemann_classifier: Literal["ts_lr", "mdm"] = Field("ts_lr", description="Setting 'riemann': TS+LR or MDM.")
-    eval_checkpoint: str | None = Field(None, description="Setting 'evaluate': checkpoint directory to score on this "
-                                                          "config's data.")
+    eval_checkpoint: str | None = Field(None, description="Setting 'evaluate': checkpoint directory (or a run folder: its "
+                                                          "newest checkpoint) to score on this config's data.")
 
     @model_validator(mode="after")
     def _check(self):

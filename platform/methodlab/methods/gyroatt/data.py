@@ -63,7 +63,10 @@ def _synthetic(cfg):
 
 
 def _real(cfg):
-    raw = eeg.load_npz(cfg.data_path) if cfg.dataset == "npz" else eeg.load_epochs_fif(cfg.data_path)
+    from methodlab.core.paths import read_path
+
+    path = read_path(cfg.data_path, "data_path", "an .npz (X, y, sfreq) or -epo.fif file of EEG trials")
+    raw = eeg.load_npz(path) if cfg.dataset == "npz" else eeg.load_epochs_fif(path)
     x, y, fs = raw["X"], raw["y"], raw["sfreq"]
     if fs is None and (cfg.bandpass or cfg.resample):
         raise ConfigError("the file has no sfreq; band-pass / resampling need it", field="data_path")
@@ -83,9 +86,10 @@ def _real(cfg):
     return x, y, np.full(len(y), -1), fs or cfg.sfreq, raw.get("ch_names"), split
 
 
-def build_data(cfg) -> EEGData:
+def build_data(cfg, device="cpu") -> EEGData:
+    """Trials built on the host (numpy), moved once to `device` (ctx.device in a run); `raw` keeps the numpy copies."""
     x, y, seg, fs, names, split = _synthetic(cfg) if cfg.dataset == "synthetic_mi" else _real(cfg)
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
     n_classes = int(y.max()) + 1
     return EEGData(t(x[split["train"]]), t(y[split["train"]]), t(x[split["val"]]), t(y[split["val"]]),
                    t(x[split["test"]]), t(y[split["test"]]), float(fs), names, n_classes, t(seg[split["test"]]),

@@ -62,10 +62,19 @@ def fit_evaluate(cfg, ctx) -> dict:
     from methodlab.methods.gyroatt.data import build_data
     from methodlab.methods.gyroatt.predictor import Predictor
 
-    if not cfg.eval_checkpoint:
-        raise ConfigError("required for setting 'evaluate'", field="eval_checkpoint")
-    pred = Predictor.from_checkpoint(cfg.eval_checkpoint)
-    data = build_data(cfg)
+    from methodlab.core.checkpoint import CONFIG_FILE, latest_checkpoint
+    from methodlab.core.paths import read_path
+
+    path = read_path(cfg.eval_checkpoint, "eval_checkpoint", "a gyroatt checkpoint directory or a run folder",
+                     "train one first: `methodlab run jobs/gyroatt/acceptance.yaml --local`")
+    if not (path / CONFIG_FILE).is_file():  # a run folder (or checkpoints root): its newest checkpoint
+        found = latest_checkpoint(path)
+        if found is None:
+            raise ConfigError(f"{cfg.eval_checkpoint}: no gyroatt checkpoint in this folder", field="config.eval_checkpoint")
+        path = found
+    ctx.limit_threads(cfg.torch_threads)
+    pred = Predictor.from_checkpoint(path, device=ctx.device)
+    data = build_data(cfg, device=ctx.device)
     want = int(pred.state["n_channels"])
     if data.n_channels != want:
         raise ConfigError(f"data have {data.n_channels} channels, the checkpoint expects {want}", field="data_path")

@@ -13,7 +13,9 @@ STIEFEL_SUFFIX = "_st"  # parameters named *_st live on a Stiefel manifold (orth
 
 
 def random_stiefel(n: int, k: int, gen: torch.Generator | None = None) -> torch.Tensor:
-    return la.qr_orth(torch.randn(n, k, dtype=torch.float64, generator=gen))
+    """Drawn on the host from a CPU generator (the same initial maps on every device); the module moves them
+    to the run's device with its other parameters."""
+    return la.qr_orth(torch.randn(n, k, dtype=torch.float64, generator=gen, device="cpu"))
 
 
 def stiefel_params(module: nn.Module) -> list[nn.Parameter]:
@@ -124,7 +126,7 @@ class MAttAttention(nn.Module):
         q, k, v = bimap(self.q_st), bimap(self.k_st), bimap(self.v_st)
         b, m = x.shape[:2]
         if self.attention == "uniform":
-            attn = torch.full((b, m, m), 1.0 / m, dtype=x.dtype)
+            attn = torch.full((b, m, m), 1.0 / m, dtype=x.dtype, device=x.device)
         else:
             attn = torch.softmax(score_fn(self.lem.dist2(q, k), self.score, self.dist_squared), -1)
         return self.lem.wfm(v, attn), attn

@@ -23,7 +23,7 @@ def e2r(feat: torch.Tensor, m: int, eps: float = 1e-5) -> torch.Tensor:
         z = z - z.mean(-1, keepdim=True)
         c = z @ z.transpose(-1, -2) / max(1, z.shape[-1] - 1)
         c = c / torch.diagonal(c, dim1=-2, dim2=-1).sum(-1)[..., None, None].clamp_min(1e-30)
-        covs.append(c + eps * torch.eye(f, dtype=c.dtype))
+        covs.append(c + eps * torch.eye(f, dtype=c.dtype, device=c.device))
     return torch.stack(covs, 1)
 
 
@@ -43,7 +43,7 @@ class Net(nn.Module):
         self.bn1 = nn.BatchNorm2d(cfg.f1)
         self.conv2 = nn.Conv2d(cfg.f1, cfg.f2, (1, cfg.kernel), padding=(0, cfg.kernel // 2))
         self.bn2 = nn.BatchNorm2d(cfg.f2)
-        gen = torch.Generator().manual_seed(cfg.seed + 7)
+        gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 7)  # host draws: one init on every device
         n = cfg.size
         if cfg.arch == "matt":
             self.att = MAttAttention(cfg.f2, cfg.d_out, cfg.attention, cfg.score, cfg.dist_squared, gen)

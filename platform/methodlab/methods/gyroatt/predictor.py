@@ -45,12 +45,17 @@ class Predictor:
 
     def __init__(self, model, cfg: Config, state: dict, version: str):
         self.model, self.cfg, self.state, self.version = model.eval(), cfg, state, version
+        self.device = next(model.parameters()).device
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The best-validation-loss network on `device` (a str or torch.device; None: the CPU)."""
+        device = torch.device("cpu" if device is None else device)
         ck = load_checkpoint(directory, method="gyroatt")
         cfg = Config.model_validate(ck.config)
-        model = build_model(cfg, int(ck.state["n_channels"]), int(ck.state["n_classes"]))
+        with device:
+            model = build_model(cfg, int(ck.state["n_channels"]), int(ck.state["n_classes"]))
+        model = model.to(device)  # the host-drawn Stiefel initial maps (overwritten by the weights below)
         best = {k[len(BEST):]: v for k, v in ck.weights.items() if k.startswith(BEST)}
         model.load_state_dict(best or {k: v for k, v in ck.weights.items() if not k.startswith(BEST)})
         version = f"{cfg.arch}-{cfg.geometry}-epoch{ck.state.get('best', {}).get('epoch', ck.state.get('epoch'))}"
@@ -97,7 +102,7 @@ class Predictor:
                     raise FieldError(f"[{i}].trials[{j}][{k}]", "all channels of a trial need the same length")
                 if not all(math.isfinite(v) for v in ch):
                     raise FieldError(f"[{i}].trials[{j}][{k}]", "values must be finite")
-            arr = torch.tensor(trial, dtype=torch.float32)
+            arr = torch.tensor(trial, dtype=torch.float32, device="cpu")  # parsed on the host, moved per batch
             if arr.shape[1] != t:
                 if self.cfg.serve_length_policy == "strict":
                     raise FieldError(f"[{i}].trials[{j}]", f"{arr.shape[1]} samples, the model expects {t} "
@@ -111,7 +116,8 @@ class Predictor:
         batches = [self._check(i, x) for i, x in enumerate(inputs)]
         outs = []
         for x, b in zip(inputs, batches):
-            logits, attn = self.model(b, return_attention=True)
+            logits, attn = self.model(b.to(self.device), return_attention=True)
+            logits, attn = logits.cpu(), (attn.cpu() if attn is not None else None)
             probs = torch.softmax(logits.double(), -1)
             outs.append(Output(predictions=probs.argmax(-1).tolist(), probabilities=probs.tolist(),
                                attention=attn.tolist() if (x.return_attention and attn is not None) else None,

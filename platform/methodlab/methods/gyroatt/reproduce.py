@@ -25,9 +25,9 @@ CLAIM3 = {"gyroatt-spd-lem": [], "gyroatt-uniform": ["attention=uniform"], "spdn
 
 def _run(args) -> dict:
     name, overrides, storage = args
-    import torch
+    from methodlab.core.device import set_threads
 
-    torch.set_num_threads(1)
+    set_threads(1)  # one torch (and BLAS) thread per worker process, as before
     from methodlab.runners.local import run_local
     from methodlab.specs.files import load_job
 
@@ -113,7 +113,7 @@ def permutation_error(run_dir: str) -> float:
         s = model.tokens(x)
         worst = 0.0
         for perm in ([1, 2, 0], [2, 0, 1], [0, 2, 1]):
-            p = torch.tensor(perm)
+            p = torch.tensor(perm, device=s.device)
             _, a = model.att(model.geom.encode(s))
             _, ap = model.att(model.geom.encode(s[:, p]))
             worst = max(worst, float((ap - a[:, p][:, :, p]).abs().max()))

@@ -21,17 +21,20 @@ SLUG = "gyroatt"
 BEST = "best."  # prefix of the best-validation-loss weights inside weights.safetensors
 
 
-def batch_order(epoch: int, n: int, seed: int) -> torch.Tensor:
-    """Deterministic per-epoch permutation, so a resumed run sees the batches of an uninterrupted one."""
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+def batch_order(epoch: int, n: int, seed: int, device="cpu") -> torch.Tensor:
+    """Deterministic per-epoch permutation, so a resumed run sees the batches of an uninterrupted one. Drawn on
+    `device` (the data's): a CUDA run orders its batches differently from a CPU run of the same seed."""
+    gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=gen, device=device)
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
-    data = build_data(cfg)
-    model = build_model(cfg, data.n_channels, data.n_classes)
+    data = build_data(cfg, device=ctx.device)
+    with ctx.init_module():
+        model = build_model(cfg, data.n_channels, data.n_classes)
+    net = ctx.prepare_model(model)  # float64 Stiefel maps and manifold biases move with the float32 front end
     opt = RiemannianAdam(model, cfg.lr, cfg.weight_decay)
     epoch, best = 0, {"val/loss": math.inf}
     best_state = copy.deepcopy(model.state_dict())
@@ -55,25 +58,29 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
 
     n = len(data.y_train)
     splits = ("train", "val", "test") if cfg.eval_test else ("train", "val")
+    # No autocast here: SPEC.precisions is ("fp32",) (float64 geometry). Losses are summed on the device in
+    # float64 (the sum of the float32 batch losses, as a Python float sum was) and read once per epoch.
     while epoch < cfg.epochs:
-        model.train()
-        perm, losses = batch_order(epoch, n, cfg.seed), []
+        net.train()
+        perm = batch_order(epoch, n, cfg.seed, ctx.device)
+        loss_sum, n_batches = torch.zeros((), dtype=torch.float64, device=ctx.device), 0
         for i in range(0, n, cfg.batch_size):
             idx = perm[i:i + cfg.batch_size]
             if len(idx) < 2:  # BatchNorm needs two trials
                 continue
-            loss = F.cross_entropy(model(data.x_train[idx]), data.y_train[idx])
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss at epoch {epoch} ({cfg.geometry})")
+            loss = F.cross_entropy(net(data.x_train[idx]), data.y_train[idx])
             opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+            ctx.backward(loss)
+            ctx.optimizer_step(opt)
+            loss_sum += loss.detach().double()
+            n_batches += 1
         epoch += 1
+        if not torch.isfinite(loss_sum):  # one read per epoch (was: every step); the run still fails in this epoch
+            raise FloatingPointError(f"non-finite loss at epoch {epoch - 1} ({cfg.geometry})")
         done = epoch >= cfg.epochs
         if epoch % cfg.log_every and not done:
             continue
-        metrics = {"epoch": epoch, "step": epoch, "train/batch_loss": sum(losses) / max(1, len(losses)),
+        metrics = {"epoch": epoch, "step": epoch, "train/batch_loss": float(loss_sum) / max(1, n_batches),
                    **evaluate(model, data, splits)}
         if metrics["val/loss"] < best["val/loss"]:
             best = {k: metrics[k] for k in metrics if k.startswith(("val/", "test/"))} | {"epoch": epoch}

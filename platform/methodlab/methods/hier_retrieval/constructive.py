@@ -20,10 +20,12 @@ from methodlab.methods.hier_retrieval.evaluate import bucket_counts, summarise
 
 
 def construct(data: HRData, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(f_raw [m, dim], g [m, dim]): Algorithm 1 with unit-length document vectors."""
-    gen = torch.Generator().manual_seed(seed)
-    g = F.normalize(torch.randn(data.m, dim, generator=gen), dim=-1)
-    f_raw = torch.zeros(data.m, dim).index_add_(0, data.q, g[data.d])
+    """(f_raw [m, dim], g [m, dim]): Algorithm 1 with unit-length document vectors, drawn on the data's device
+    (a CUDA run draws other vectors than a CPU run of the same seed)."""
+    dev = data.q.device
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    g = F.normalize(torch.randn(data.m, dim, generator=gen, device=dev), dim=-1)
+    f_raw = torch.zeros(data.m, dim, device=dev).index_add_(0, data.q, g[data.d])
     return f_raw, g
 
 
@@ -31,17 +33,21 @@ def construct(data: HRData, dim: int, seed: int) -> tuple[torch.Tensor, torch.Te
 def threshold_quality(f_raw: torch.Tensor, g: torch.Tensor, data: HRData, queries: torch.Tensor,
                       threshold: float = 0.5, chunk: int = 1024) -> dict[str, float]:
     """Precision and recall of 'relevant iff <f_raw(q), g(d)> >= threshold' over all (q, d) with q in queries."""
-    tp = pred_pos = n_rel = 0
+    dev = f_raw.device
+    counts = torch.zeros(3, dtype=torch.long, device=dev)  # tp, predicted positives, relevant pairs
+    offsets, d_all = data.offsets.to(dev), data.d.to(dev)
     for i in range(0, len(queries), chunk):
-        qc = queries[i:i + chunk]
+        qc = queries[i:i + chunk].to(dev)
         S = f_raw[qc] @ g.T
-        start, end = data.offsets[qc], data.offsets[qc + 1]
+        start, end = offsets[qc], offsets[qc + 1]
         lens = end - start
-        local = torch.repeat_interleave(torch.arange(len(qc)), lens)
-        pidx = torch.repeat_interleave(start - torch.cumsum(lens, 0) + lens, lens) + torch.arange(int(lens.sum()))
-        tp += int((S[local, data.d[pidx]] >= threshold).sum())
-        pred_pos += int((S >= threshold).sum())
-        n_rel += int(lens.sum())
+        n = int(lens.sum())
+        local = torch.repeat_interleave(torch.arange(len(qc), device=dev), lens)
+        pidx = torch.repeat_interleave(start - torch.cumsum(lens, 0) + lens, lens) + torch.arange(n, device=dev)
+        counts[0] += (S[local, d_all[pidx]] >= threshold).sum()
+        counts[1] += (S >= threshold).sum()
+        counts[2] += n
+    tp, pred_pos, n_rel = counts.tolist()
     return {"precision": tp / max(1, pred_pos), "recall": tp / max(1, n_rel)}
 
 
@@ -53,7 +59,7 @@ def min_feasible_dim(data: HRData, seed: int, target: float = 0.99, threshold: f
     """Smallest dim (binary search) at which the thresholded construction reaches precision and recall >= target."""
     def ok(dim: int) -> bool:
         f_raw, g = construct(data, dim, seed)
-        r = threshold_quality(f_raw, g, data, torch.arange(data.m), threshold)
+        r = threshold_quality(f_raw, g, data, torch.arange(data.m, device=f_raw.device), threshold)
         return r["precision"] >= target and r["recall"] >= target
     lo = 1
     while not ok(hi) and hi < 65536:
@@ -69,9 +75,8 @@ def min_feasible_dim(data: HRData, seed: int, target: float = 0.99, threshold: f
 
 def fit_constructive(cfg, ctx: RunContext) -> dict:
     """Setting 'constructive': no training. dim = constructive_dim or ceil(C * s * ln m)."""
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    data = build_data(cfg, ctx.progress)
+    ctx.limit_threads(cfg.torch_threads)
+    data = build_data(cfg, ctx.progress, device=ctx.device)
     dim = cfg.constructive_dim or theory_dim(data, cfg.constructive_c)
     f_raw, g = construct(data, dim, cfg.seed)
     thr = threshold_quality(f_raw, g, data, data.eval_q, cfg.constructive_threshold, cfg.eval_chunk)

@@ -61,21 +61,23 @@ def pair_probabilities(q: np.ndarray, dist: np.ndarray, m: int, sizes: np.ndarra
     return (w_delta / n_at)[inv] / z[q] / m
 
 
-def _cdf(p: np.ndarray) -> torch.Tensor:
+def _cdf(p: np.ndarray, device) -> torch.Tensor:
     c = np.cumsum(p)
-    return torch.from_numpy(c / c[-1])
+    return torch.from_numpy(c / c[-1]).to(device)
 
 
-def build_data(cfg, progress=lambda items, **_: items) -> HRData:
-    """`progress` (RunContext.progress in a run) reports the WordNet parse and the ancestor closure."""
+def build_data(cfg, progress=lambda items, **_: items, device="cpu") -> HRData:
+    """`progress` (RunContext.progress in a run) reports the WordNet parse and the ancestor closure. The pairs,
+    sampling distributions and query sets are built on the host (numpy) and live on `device` (ctx.device in a
+    run), so batches are drawn there."""
     h = load_hierarchy(cfg, progress)
     q, d, dist = hier.relevant_pairs(h, progress)
     sizes = np.bincount(q, minlength=h.n)
     p = pair_probabilities(q, dist, h.n, sizes, cfg.pair_sampling, cfg.gamma)
     long = dist >= cfg.delta_long
-    cdf = {"pretrain": _cdf(p)}
+    cdf = {"pretrain": _cdf(p, device)}
     if long.any():  # finetune stage: the same distribution restricted to long-distance pairs
-        cdf["long"] = _cdf(np.where(long, p, 0.0))
+        cdf["long"] = _cdf(np.where(long, p, 0.0), device)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     perm = np.random.default_rng(EVAL_SPLIT_SEED).permutation(h.n)
     n_eval = h.n if cfg.eval_queries is None else min(cfg.eval_queries, h.n)
@@ -85,11 +87,12 @@ def build_data(cfg, progress=lambda items, **_: items) -> HRData:
     else:  # disjoint from the evaluation queries when the hierarchy is large enough
         rest = perm[n_eval:] if h.n - n_eval >= cfg.val_queries else perm
         val_q = np.sort(rest[:cfg.val_queries])
-    t = lambda a: torch.as_tensor(a, dtype=torch.long)  # noqa: E731
+    t = lambda a: torch.as_tensor(a, dtype=torch.long, device=device)  # noqa: E731
     return HRData(h, t(q), t(d), t(dist), t(offsets), t(sizes), cdf, t(val_q), t(eval_q))
 
 
 def sample_pairs(data: HRData, stage: str, n: int, gen: torch.Generator) -> torch.Tensor:
-    """Indices of n training pairs drawn (with replacement) from the stage's distribution."""
-    u = torch.rand(n, generator=gen, dtype=torch.float64)
+    """Indices of n training pairs drawn (with replacement) from the stage's distribution (on the device of the
+    data, which `gen` must share)."""
+    u = torch.rand(n, generator=gen, dtype=torch.float64, device=data.cdf[stage].device)
     return torch.searchsorted(data.cdf[stage], u).clamp_(max=len(data.q) - 1)

@@ -13,25 +13,29 @@ def bucket_counts(F: torch.Tensor, G: torch.Tensor, data, queries: torch.Tensor,
     """hits[delta], pairs[delta] over the relevant pairs of `queries`, and the number of queries whose
     whole relevant set is in their top-|R(q)|. A relevant d is retrieved iff its score >= the k-th best
     score of the query's row (k = |R(q)|), read from the same score matrix, so no set bookkeeping."""
+    dev = F.device  # everything on the tables' device (ctx.device in a run); counts read back once, at the end
     maxd = int(data.dist.max()) + 1
-    hits = torch.zeros(maxd, dtype=torch.long)
-    pairs = torch.zeros(maxd, dtype=torch.long)
-    exact = 0
+    hits = torch.zeros(maxd, dtype=torch.long, device=dev)
+    pairs = torch.zeros(maxd, dtype=torch.long, device=dev)
+    exact = torch.zeros((), dtype=torch.long, device=dev)
+    sizes, offsets, d_all, dist_all = (t.to(dev) for t in (data.sizes, data.offsets, data.d, data.dist))
     for i in range(0, len(queries), chunk):
-        qc = queries[i:i + chunk].to(F.device)
+        qc = queries[i:i + chunk].to(dev)
         S = F[qc] @ G.T  # [B, m]
-        k = data.sizes[qc.cpu()].to(F.device)
+        k = sizes[qc]
         kth = S.topk(int(k.max()), dim=1).values.gather(1, (k - 1)[:, None]).squeeze(1)
-        start, end = data.offsets[qc.cpu()], data.offsets[qc.cpu() + 1]
+        start, end = offsets[qc], offsets[qc + 1]
         lens = end - start
-        local = torch.repeat_interleave(torch.arange(len(qc)), lens)
-        pidx = torch.repeat_interleave(start - torch.cumsum(lens, 0) + lens, lens) + torch.arange(int(lens.sum()))
-        d, dist = data.d[pidx], data.dist[pidx]
-        hit = (S[local.to(F.device), d.to(F.device)] >= kth[local.to(F.device)]).cpu()
+        local = torch.repeat_interleave(torch.arange(len(qc), device=dev), lens)
+        pidx = torch.repeat_interleave(start - torch.cumsum(lens, 0) + lens, lens) + \
+            torch.arange(int(lens.sum()), device=dev)
+        d, dist = d_all[pidx], dist_all[pidx]
+        hit = S[local, d] >= kth[local]
         hits += torch.bincount(dist[hit], minlength=maxd)
         pairs += torch.bincount(dist, minlength=maxd)
         missed = torch.bincount(local[~hit], minlength=len(qc))
-        exact += int((missed == 0).sum())
+        exact += (missed == 0).sum()
+    hits, pairs, exact = hits.cpu(), pairs.cpu(), int(exact)
     return hits, pairs, exact
 
 
@@ -59,6 +63,7 @@ def summarise(hits, pairs, exact: int, n_queries: int, cfg, prefix: str) -> dict
 
 
 def evaluate(model, data, cfg, queries: torch.Tensor, prefix: str = "eval") -> dict[str, float]:
+    model = RunContext.unwrap(model)  # the tables behind a compiled / DDP wrapper
     with torch.no_grad():
         F, G = model.f(), model.g()
     hits, pairs, exact = bucket_counts(F, G, data, queries, cfg.eval_chunk)
@@ -73,11 +78,14 @@ def fit_eval(cfg, ctx: RunContext) -> dict:
 
     if not cfg.eval_from:
         raise ConfigError("setting 'eval' needs config.eval_from = a checkpoint directory", field="config.eval_from")
+    ctx.limit_threads(cfg.torch_threads)
     ck = load_checkpoint(cfg.eval_from, method="hier_retrieval")
     trained = Config.model_validate(ck.config)
-    data = build_data(trained)
-    model = DualEncoder(data.m, trained.dim, trained.std, trained.shared_tables)
-    model.load_tables(ck.weights)
+    data = build_data(trained, device=ctx.device)
+    with ctx.init_module():
+        model = DualEncoder(data.m, trained.dim, trained.std, trained.shared_tables)
+    model = ctx.prepare_model(model)
+    ctx.unwrap(model).load_tables(ck.weights)
     metrics = {"step": int(ck.state.get("step", 0)), **evaluate(model, data, trained, data.eval_q, "eval"),
                **evaluate(model, data, trained, data.val_q, "val")}
     ctx.report(metrics)

@@ -28,6 +28,11 @@ class DualEncoder(nn.Module):
         t = self.doc_table
         return F.normalize(t if idx is None else t[idx], dim=-1)
 
+    def forward(self, q: torch.Tensor, d_pos: torch.Tensor, **loss_kw) -> torch.Tensor:
+        """The training loss of a batch of (query, relevant doc) pairs (softmax_loss): what the training loop calls
+        through the prepared (device-placed, optionally compiled) module."""
+        return softmax_loss(self, q, d_pos, **loss_kw)
+
     def tables(self) -> dict[str, torch.Tensor]:
         out = {"query": self.query.detach().clone()}
         if not self.shared:
@@ -63,7 +68,7 @@ def softmax_loss(model: DualEncoder, q: torch.Tensor, d_pos: torch.Tensor, *, T:
         logits = to_logits(fq @ model.g().T, T, temperature_mode)
         target = d_pos
     else:
-        uni = torch.randint(0, model.query.shape[0], (num_negatives,), generator=gen).to(q.device)
+        uni = torch.randint(0, model.query.shape[0], (num_negatives,), generator=gen, device=gen.device).to(q.device)
         if not in_batch:  # column 0 = the row's own positive, then the shared uniform docs
             pos = to_logits((fq * model.g(d_pos)).sum(-1, keepdim=True), T, temperature_mode)
             neg = to_logits(fq @ model.g(uni).T, T, temperature_mode)

@@ -51,7 +51,8 @@ class Predictor:
 
     def __init__(self, F_q: torch.Tensor, G: torch.Tensor, edges: torch.Tensor, names: list[str], texts: list[str],
                  recipe: str, step: int, doc_chunk: int = 16384):
-        self.F, self.G = F_q, G
+        self.F, self.G = F_q, G.to(F_q.device)
+        self.device = F_q.device  # the tables' device: searches run there
         self.n = G.shape[0]
         self.names, self.texts, self.recipe, self.step, self.doc_chunk = names, texts, recipe, step, doc_chunk
         self.parents: list[list[int]] = [[] for _ in range(self.n)]
@@ -67,7 +68,9 @@ class Predictor:
             self.lookup[nm.lower()] = i
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The normalised tables on `device` (a str or torch.device; None: the CPU)."""
+        device = torch.device("cpu" if device is None else device)
         ck = load_checkpoint(directory, method="hier_retrieval")
         cfg = Config.model_validate(ck.config)
         w = ck.weights
@@ -77,8 +80,8 @@ class Predictor:
         names = nodes.get("names") or [str(i) for i in range(q.shape[0])]
         texts = nodes.get("texts") or names
         recipe = ck.extras.get("recipe", cfg.recipe)
-        return cls(F.normalize(q.float(), dim=-1), F.normalize(d.float(), dim=-1), w["edges"], names, texts,
-                   recipe, int(ck.state.get("step", 0)))
+        return cls(F.normalize(q.to(device).float(), dim=-1), F.normalize(d.to(device).float(), dim=-1), w["edges"],
+                   names, texts, recipe, int(ck.state.get("step", 0)))
 
     def input_model(self):
         """This checkpoint's request: a node id below its size, or one of its node names."""
@@ -127,8 +130,8 @@ class Predictor:
     @torch.no_grad()
     def search(self, qv: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact top-k inner products of the query rows against all documents, chunked over documents."""
-        best_s = torch.full((len(qv), 0), float("-inf"))
-        best_i = torch.zeros((len(qv), 0), dtype=torch.long)
+        best_s = torch.full((len(qv), 0), float("-inf"), device=self.G.device)
+        best_i = torch.zeros((len(qv), 0), dtype=torch.long, device=self.G.device)
         for s in range(0, self.n, self.doc_chunk):
             sc = qv @ self.G[s:s + self.doc_chunk].T
             top = sc.topk(min(k, sc.shape[1]), dim=1)
@@ -143,7 +146,8 @@ class Predictor:
         ids = [self._resolve(i, x) for i, x in enumerate(inputs)]
         rel = [self.ancestors(v) for v in ids]
         ks = [min(self.n, x.k if x.k is not None else len(r)) for x, r in zip(inputs, rel)]
-        scores, idx = self.search(self.F[torch.tensor(ids)], max(ks))
+        scores, idx = self.search(self.F[torch.tensor(ids, device=self.device)], max(ks))
+        scores, idx = scores.cpu(), idx.cpu()  # one copy back per batch
         out = []
         for j, (v, r, k) in enumerate(zip(ids, rel, ks)):
             res = [Result(doc_id=int(d), score=float(min(1.0, max(-1.0, s))), name=self.names[int(d)],

@@ -61,13 +61,12 @@ RECIPES = ("standard", "rebalanced", "pretrain_finetune")
 
 def _train(kw: dict, keep_final: str | None = None) -> dict:
     """One training run in a worker process; optionally keeps its final checkpoint (for finetuning it later)."""
-    import torch
-
     from methodlab.core import RunContext
+    from methodlab.core.device import set_threads
     from methodlab.methods.hier_retrieval.config import Config
     from methodlab.methods.hier_retrieval.train import fit
 
-    torch.set_num_threads(1)
+    set_threads(1)  # one torch (and BLAS) thread per worker process, as before
 
     curve = []
 
@@ -93,14 +92,13 @@ def _load1() -> float | None:
 
 
 def _constructive(seeds=(0, 1, 2)) -> dict:
-    import torch
-
     from methodlab.core import RunContext
+    from methodlab.core.device import set_threads
     from methodlab.methods.hier_retrieval.config import Config
     from methodlab.methods.hier_retrieval.constructive import fit_constructive, min_feasible_dim
     from methodlab.methods.hier_retrieval.data import build_data
 
-    torch.set_num_threads(1)
+    set_threads(1)  # one torch (and BLAS) thread per worker process, as before
     rows = []
     for seed in seeds:
         for dim in (None, 16):

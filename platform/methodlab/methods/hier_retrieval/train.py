@@ -5,7 +5,9 @@ rebalanced:         the same, with loss weight w_long on pairs with dist >= delt
 pretrain_finetune:  standard pretraining, then finetuning on long-distance pairs ONLY at T = scale_finetune and
                     lr x finetune_lr_ratio (Adam moments carried over), keeping the finetune state with the best
                     validation short/long mean recall (checked every finetune_eval_every steps).
-Every step draws its pairs from a generator seeded by (seed, step), so a resumed run continues exactly."""
+Every step draws its pairs from a generator seeded by (seed, step), so a resumed run continues exactly. The pairs,
+the tables and that generator live on ctx.device (a CUDA run draws other random numbers than a CPU run of the
+same seed); the loss is read back to the host only when a report is written."""
 
 from __future__ import annotations
 
@@ -18,21 +20,16 @@ from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_ev
 from methodlab.methods.hier_retrieval.config import Config
 from methodlab.methods.hier_retrieval.data import HRData, build_data, sample_pairs
 from methodlab.methods.hier_retrieval.evaluate import evaluate
-from methodlab.methods.hier_retrieval.model import DualEncoder, softmax_loss
+from methodlab.methods.hier_retrieval.model import DualEncoder
 
 SLUG = "hier_retrieval"
 
 
-def pick_device(cfg: Config) -> torch.device:
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
-def use_full_softmax(cfg: Config, m: int, device: torch.device) -> bool:
-    if cfg.negatives != "auto":
-        return cfg.negatives == "full"
-    return m <= 10_000 or (device.type == "cuda" and m <= 100_000)
+def use_full_softmax(cfg: Config, m: int) -> bool:
+    """The negatives are config, never the device found: full | sampled | by_size (full when m <= full_softmax_max_nodes)."""
+    if cfg.negatives == "by_size":
+        return m <= cfg.full_softmax_max_nodes
+    return cfg.negatives == "full"
 
 
 def other_positive_mask(data: HRData, device):
@@ -53,19 +50,20 @@ def draw_batch(cfg: Config, data: HRData, stage: str, gen: torch.Generator) -> t
         return sample_pairs(data, "pretrain", cfg.batch_size, gen)
     idx = sample_pairs(data, "long", cfg.batch_size, gen)
     if cfg.finetune_mix > 0:
-        replay = torch.rand(cfg.batch_size, generator=gen) < cfg.finetune_mix
-        idx[replay] = sample_pairs(data, "pretrain", int(replay.sum()), gen)
+        replay = torch.rand(cfg.batch_size, generator=gen, device=idx.device) < cfg.finetune_mix
+        idx[replay] = sample_pairs(data, "pretrain", int(replay.sum()), gen)  # a sync, only with finetune_mix > 0
     return idx
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
-    device = pick_device(cfg)
-    data = build_data(cfg, ctx.progress)
-    full = use_full_softmax(cfg, data.m, device)
-    model = DualEncoder(data.m, cfg.dim, cfg.std, cfg.shared_tables).to(device)
+    device = ctx.device
+    data = build_data(cfg, ctx.progress, device=device)
+    full = use_full_softmax(cfg, data.m)
+    with ctx.init_module():
+        model = DualEncoder(data.m, cfg.dim, cfg.std, cfg.shared_tables)
+    train_step = ctx.prepare_model(model)  # the same tables on ctx.device; its forward is the training loss
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     pre, ft = cfg.stage_steps()
     if cfg.recipe == "pretrain_finetune" and "long" not in data.cdf:
@@ -127,31 +125,32 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
 
     if step >= pre and ft > 0:
         enter_finetune()
-    loss_v = float("nan")
+    loss_v = torch.full((), float("nan"), device=device)  # the last step's loss, read on the host at reports only
     t_train, t_pre = time.perf_counter(), None
     while step < total:
         stage = stage_of(step)
         if stage == "finetune" and step == pre and best is None:
             enter_finetune()  # first finetune step: the pretrained model is the first candidate (0 finetune steps)
-            m = report({"train/loss": loss_v, "lr": ft_lr}, ckpt=False)
+            m = report({"train/loss": float(loss_v), "lr": ft_lr}, ckpt=False)
             best, best_score, best_step = model.tables(), m["val/short_long_mean"], step
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        gen = torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + step)
         idx = draw_batch(cfg, data, stage, gen)
-        q, d, dist = data.q[idx].to(device), data.d[idx].to(device), data.dist[idx].to(device)
+        q, d, dist = data.q[idx], data.d[idx], data.dist[idx]
         weight = None
         if cfg.recipe == "rebalanced":
             weight = torch.where(dist >= cfg.delta_long, cfg.w_long, 1.0)
         T = cfg.scale_pretrain if stage == "pretrain" else cfg.scale_finetune
-        loss = softmax_loss(model, q, d, T=T, temperature_mode=cfg.temperature_mode, full=full,
-                            num_negatives=cfg.num_negatives, gen=gen, weight=weight, other_pos=other,
-                            in_batch=cfg.in_batch_negatives)
+        with ctx.autocast():
+            loss = train_step(q, d, T=T, temperature_mode=cfg.temperature_mode, full=full,
+                              num_negatives=cfg.num_negatives, gen=gen, weight=weight, other_pos=other,
+                              in_batch=cfg.in_batch_negatives)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        ctx.backward(loss)
         if stage == "finetune" and cfg.freeze_doc_tower and model.doc is not None:
             model.doc.grad = None  # Adam skips parameters without a gradient
-        opt.step()
+        ctx.optimizer_step(opt)
         step += 1
-        loss_v = loss.item()
+        loss_v = loss.detach()
         if stage == "pretrain" and step < pre and cfg.max_pretrain_s is not None \
                 and time.perf_counter() - t_train > cfg.max_pretrain_s:
             pre, total = step, step + ft  # the wall-clock budget ends pretraining here; the steps reached are reported
@@ -159,10 +158,10 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             t_pre = time.perf_counter() - t_train
 
         if stage == "pretrain" and (step % cfg.eval_every == 0 or step == pre):
-            report({"train/loss": loss_v, "lr": cfg.lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
+            report({"train/loss": float(loss_v), "lr": cfg.lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
                    ckpt=step % cfg.checkpoint_every == 0 and step < total)
         elif stage == "finetune" and ((step - pre) % cfg.finetune_eval_every == 0 or step == total):
-            m = report({"train/loss": loss_v, "lr": ft_lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
+            m = report({"train/loss": float(loss_v), "lr": ft_lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
                        ckpt=(step - pre) % cfg.checkpoint_every == 0 and step < total)
             if m["val/short_long_mean"] > best_score:
                 best, best_score, best_step = model.tables(), m["val/short_long_mean"], step
@@ -170,7 +169,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     if best is not None:  # early stopping: the best validated finetune state is the result
         model.load_tables(best)
     model.eval()
-    final = {"step": step, "stage": "final", "train/loss": loss_v, "finetune/best_step": best_step,
+    final = {"step": step, "stage": "final", "train/loss": float(loss_v), "finetune/best_step": best_step,
              "finetune/steps_used": max(0, best_step - pre) if best is not None else 0,
              "negatives/full_softmax": float(full), "pretrain/steps": pre,
              "time/pretrain_s": t_pre if t_pre is not None else 0.0, "time/train_s": time.perf_counter() - t_train,

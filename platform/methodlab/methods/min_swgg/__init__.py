@@ -14,4 +14,8 @@ SPEC = MethodSpec(
     reproduce=f"{_PKG}.reproduce:main",
     settings={"plan": f"{_PKG}.train:fit_plan", "flow": f"{_PKG}.train:fit_flow", "cfm": f"{_PKG}.train:fit_cfm"},
     family="ot",
+    precisions=("fp32",),
+    precision_note="DGSWP's plans are sorts of 1-D projections and its Stein gradient averages differences "
+                   "h(theta + eps Z) - h(theta) of mean matched costs: half precision reorders near-ties and "
+                   "swamps those differences; the Poincare flow is float64",
 )

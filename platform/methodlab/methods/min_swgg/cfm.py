@@ -2,7 +2,10 @@
 
 A super-batch of R x B noise points x0 and data points x1 is coupled at once (independent pairs = I-CFM;
 exact OT per minibatch = OT-CFM; DGSWP slice sorted ranks; a fixed random slice), then the vector field
-is trained on R minibatches of B pairs with the CFM loss ||v(t, x_t) - (x1 - x0)||^2."""
+is trained on R minibatches of B pairs with the CFM loss ||v(t, x_t) - (x1 - x0)||^2.
+
+Devices: the vector field, the slice, the super-batches and every draw live on the run's device; coupling
+costs stay there as tensors until a report reads them. The exact_ot baseline's solver (POT) is numpy."""
 
 from __future__ import annotations
 
@@ -30,31 +33,36 @@ class VectorField(nn.Module):
 def euler_sample(v: nn.Module, x0: torch.Tensor, steps: int) -> torch.Tensor:
     x, dt = x0.clone(), 1.0 / steps
     for k in range(steps):
-        x = x + dt * v(torch.full((1,), k * dt), x)
+        x = x + dt * v(torch.full((1,), k * dt, device=x.device), x)
     return x
 
 
-def pair_cost(x0: torch.Tensor, x1: torch.Tensor) -> float:
-    return float((x0 - x1).pow(2).sum(-1).mean())
+def pair_cost(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
+    """Mean squared distance of matched pairs, a 0-d tensor on their device (read it at report time)."""
+    return (x0 - x1).pow(2).sum(-1).mean()
 
 
-def fixed_directions(k: int, dim: int, seed: int) -> torch.Tensor:
-    th = torch.randn(k, dim, generator=torch.Generator().manual_seed(seed + 99_991))
-    return th / th.norm(dim=1, keepdim=True)
+def fixed_directions(k: int, dim: int, seed: int, device="cpu") -> torch.Tensor:
+    """k seeded random unit directions, drawn on the host (the same on every device), then on `device`."""
+    th = torch.randn(k, dim, generator=torch.Generator().manual_seed(seed + 99_991), device="cpu")
+    return (th / th.norm(dim=1, keepdim=True)).to(device)
 
 
 class Coupler:
-    """Turns a super-batch (x0, x1) into matched pairs. DGSWP's slice is warm-started across calls."""
+    """Turns a super-batch (x0, x1) into matched pairs. DGSWP's slice is warm-started across calls; it is
+    built on the generator's device."""
 
     def __init__(self, cfg, dim: int, gen: torch.Generator):
         self.cfg, self.kind, self.gen, self.calls = cfg, cfg.coupling, gen, 0
-        self.g, self.opt, self.last_h = None, None, float("nan")
+        self.g, self.opt = None, None
+        self.last_h = torch.tensor(float("nan"), device=gen.device)  # h of the last DGSWP fit (report time)
         if self.kind.startswith("dgswp"):
             kind = "linear" if self.kind == "dgswp_linear" else (cfg.slice_model if cfg.slice_model != "linear" else "mlp256")
-            self.g = build_slice(kind, dim, activation="selu", generator=gen)  # official CFM slice MLP: SELU
+            with gen.device:
+                self.g = build_slice(kind, dim, activation="selu", generator=gen)  # official CFM slice MLP: SELU
             self.opt = torch.optim.Adam(self.g.parameters(), lr=cfg.lr_inner)
         if self.kind == "fixed_slice":  # one seeded random unit direction kept for the whole run
-            self.theta = fixed_directions(1, dim, cfg.seed)[0]
+            self.theta = fixed_directions(1, dim, cfg.seed, gen.device)[0]
 
     def __call__(self, x0: torch.Tensor, x1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.cfg
@@ -64,9 +72,9 @@ class Coupler:
             B, parts0, parts1 = cfg.cfm_batch, [], []
             for i in range(0, len(x0), B):
                 a, b = x0[i:i + B], x1[i:i + B]
-                perm = emd_permutation(torch.cdist(a.double(), b.double()).pow(2).numpy())
+                perm = emd_permutation(torch.cdist(a.double(), b.double()).pow(2).cpu().numpy())  # POT: numpy
                 parts0.append(a)
-                parts1.append(b[torch.from_numpy(perm)])
+                parts1.append(b[torch.as_tensor(perm, device=b.device)])
             out = torch.cat(parts0), torch.cat(parts1)
         elif self.kind == "fixed_slice":
             out = x0[sort_perm(x0 @ self.theta)], x1[sort_perm(x1 @ self.theta)]
@@ -75,20 +83,21 @@ class Coupler:
             res = dgswp(x0, x1, self.g, self.opt, n_iter=iters, eps=cfg.eps, n_samples=cfg.n_samples,
                         variance_reduction=cfg.variance_reduction, rollback=cfg.rollback, generator=self.gen,
                         rollback_on=cfg.rollback_on)
-            self.last_h = res.h
+            self.last_h = res.h_t
             out = x0[res.sigma], x1[res.tau]
         self.calls += 1
         return out
 
 
 def cfm_loss(v: nn.Module, x0: torch.Tensor, x1: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
-    t = torch.rand(len(x0), generator=gen)
-    xt = t[:, None] * x1 + (1 - t[:, None]) * x0 + sigma * torch.randn(x0.shape, generator=gen)
+    """The CFM regression loss; t and the path noise drawn on x0's device (by `gen`, which lives there)."""
+    t = torch.rand(len(x0), generator=gen, device=x0.device)
+    xt = t[:, None] * x1 + (1 - t[:, None]) * x0 + sigma * torch.randn(x0.shape, generator=gen, device=x0.device)
     return (v(t, xt) - (x1 - x0)).pow(2).sum(-1).mean()
 
 
 def w2_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     import ot
 
-    M = torch.cdist(a.double(), b.double()).pow(2).numpy()
+    M = torch.cdist(a.double(), b.double()).pow(2).cpu().numpy()
     return float(np.sqrt(ot.emd2(np.full(len(a), 1 / len(a)), np.full(len(b), 1 / len(b)), M, numItermax=10_000_000)))

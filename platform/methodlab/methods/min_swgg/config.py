@@ -19,6 +19,7 @@ class Config(MethodConfig):
     # "eval/objective" is task-specific (all minimised): h/W2^2 (plan), final W2^2 (flow), sample W2 (cfm).
     primary_metric: ClassVar[str] = "eval/objective"
     mode: ClassVar[Literal["max", "min"]] = "min"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/objective", "plan/h", "plan/w2_exact", "plan/evaluations")
     smoke: ClassVar[dict] = {
         "plan_n": 16, "plan_d": 5, "n_iter": 50, "plan_data": "gaussians",
         "flow_n": 16, "flow_d": 5, "flow_iters": 20, "n_iter_inner": 5, "log_every": 10,
@@ -28,7 +29,7 @@ class Config(MethodConfig):
 
     seed: int = Field(0, description="Seed of data, initial slice, Gaussian perturbations and training.")
     task: Task = Field("plan", description="plan: two clouds -> plan; flow: gradient flow; cfm: sliced-OT flow matching.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this (None: the job's).")
 
     # --- DGSWP solver (smoothed min-SWGG) ---------------------------------------------------------
     eps: float = Field(0.05, gt=0.0, le=100.0, description="Gaussian smoothing epsilon (0.05 Euclidean; Busemann uses eps_busemann).")

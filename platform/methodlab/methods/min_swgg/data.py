@@ -1,5 +1,9 @@
 """Point clouds for the three applications, all generated offline (scikit-learn, numpy) or read from the
-real on-disk formats (.npy/.npz point clouds). No network."""
+real on-disk formats (.npy/.npz point clouds). No network.
+
+Devices: fixed clouds (plans, flows, the Poincare wrapped normals, the digits pool, held-out sets) are drawn
+on the host, the same numbers on every device, and handed to the run's device once. The CFM samplers draw
+each super-batch on the device of their generator (sklearn's moons come from the host)."""
 
 from __future__ import annotations
 
@@ -59,14 +63,14 @@ def load_pair(path: str) -> tuple[np.ndarray, np.ndarray]:
     return src, tgt
 
 
-def plan_clouds(cfg) -> tuple[torch.Tensor, torch.Tensor]:
+def plan_clouds(cfg, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     if cfg.plan_data == "file":
         s, t = load_pair(cfg.plan_file)
     elif cfg.plan_data == "moons100":
         s, t = moons_embedded(cfg.plan_n, cfg.plan_d, cfg.plan_noise, cfg.seed)
     else:
         s, t = gaussians(cfg.plan_n, cfg.plan_d, cfg.seed)
-    return torch.tensor(s, dtype=torch.float32), torch.tensor(t, dtype=torch.float32)
+    return torch.tensor(s, dtype=torch.float32, device=device), torch.tensor(t, dtype=torch.float32, device=device)
 
 
 # ------------------------------------------------------------------------------ Euclidean flows
@@ -108,73 +112,86 @@ def poincare_to_lorentz(x: torch.Tensor) -> torch.Tensor:
 
 def wrapped_normal(mu: torch.Tensor, sigma: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:
     """Wrapped normal on the hyperboloid: v ~ N(0, Sigma) in the tangent space at the origin, parallel
-    transport to mu, exponential map. Returns Lorentz coordinates [n, d+1] (float64)."""
-    d = sigma.shape[0]
+    transport to mu, exponential map. Returns Lorentz coordinates [n, d+1] (float64), on mu's device."""
+    d, dev = sigma.shape[0], mu.device
     L = torch.linalg.cholesky(sigma.double())
-    v = torch.randn(n, d, dtype=torch.float64, generator=generator) @ L.T
-    o = torch.zeros(d + 1, dtype=torch.float64)
+    v = torch.randn(n, d, dtype=torch.float64, generator=generator, device=dev) @ L.T
+    o = torch.zeros(d + 1, dtype=torch.float64, device=dev)
     o[0] = 1.0
-    u = torch.cat([torch.zeros(n, 1, dtype=torch.float64), v], -1)  # tangent at o
+    u = torch.cat([torch.zeros(n, 1, dtype=torch.float64, device=dev), v], -1)  # tangent at o
     alpha = -minkowski_ip(o, mu)
     u = u + (minkowski_ip(mu - alpha * o, u) / (alpha + 1))[:, None] * (o + mu)  # parallel transport o -> mu
     norm = minkowski_ip(u, u).clamp_min(1e-15).sqrt()[:, None]
     return torch.cosh(norm) * mu + torch.sinh(norm) * u / norm
 
 
-def hyperbolic_clouds(target: str, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def hyperbolic_clouds(target: str, n: int, seed: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Source: wrapped normal at the origin (Sigma = I); target: at (1.5, sqrt(1.25), 0) (center) or
-    (8, sqrt(63), 0) (border), Sigma = 0.1 I. Both returned on the Poincare ball, float64."""
+    (8, sqrt(63), 0) (border), Sigma = 0.1 I. Both returned on the Poincare ball, float64, drawn on the host
+    (the same clouds on every device) and then moved to `device`."""
     gen = torch.Generator().manual_seed(seed)
-    mu = torch.tensor([1.5, np.sqrt(1.25), 0.0] if target == "center" else [8.0, np.sqrt(63.0), 0.0], dtype=torch.float64)
-    y = wrapped_normal(mu, 0.1 * torch.eye(2), n, gen)
-    o = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
-    x = wrapped_normal(o, torch.eye(2), n, gen)
-    return lorentz_to_poincare(x), lorentz_to_poincare(y)
+    host = dict(dtype=torch.float64, device="cpu")
+    mu = torch.tensor([1.5, np.sqrt(1.25), 0.0] if target == "center" else [8.0, np.sqrt(63.0), 0.0], **host)
+    eye = torch.eye(2, device="cpu")  # float32, as the recipe has always drawn it (0.1 I rounded to float32)
+    y = wrapped_normal(mu, 0.1 * eye, n, gen)
+    o = torch.tensor([1.0, 0.0, 0.0], **host)
+    x = wrapped_normal(o, eye, n, gen)
+    return lorentz_to_poincare(x).to(device), lorentz_to_poincare(y).to(device)
 
 
 # ------------------------------------------------------------------------------------------- CFM
 def eight_gaussians(n: int, generator: torch.Generator, scale: float = 5.0, var: float = 0.1) -> torch.Tensor:
-    """torchcfm's sample_8gaussians: centres on the circle of radius 5, covariance sqrt(var) I."""
-    ang = torch.arange(8, dtype=torch.float32) * (2 * np.pi / 8)
+    """torchcfm's sample_8gaussians: centres on the circle of radius 5, covariance sqrt(var) I (drawn on the
+    generator's device)."""
+    dev = generator.device
+    ang = torch.arange(8, dtype=torch.float32, device=dev) * (2 * np.pi / 8)
     centres = scale * torch.stack([torch.cos(ang), torch.sin(ang)], -1)
-    idx = torch.randint(0, 8, (n,), generator=generator)
-    return centres[idx] + var ** 0.25 * torch.randn(n, 2, generator=generator)
+    idx = torch.randint(0, 8, (n,), generator=generator, device=dev)
+    return centres[idx] + var ** 0.25 * torch.randn(n, 2, generator=generator, device=dev)
 
 
-def moons(n: int, generator: torch.Generator) -> torch.Tensor:
-    """Offline equivalent of torchcfm's sample_moons: make_moons(noise=0.2) * 3 - 1 (not standardised)."""
+def moons(n: int, generator: torch.Generator, device=None) -> torch.Tensor:
+    """Offline equivalent of torchcfm's sample_moons: make_moons(noise=0.2) * 3 - 1 (not standardised).
+    sklearn draws on the host (its seed comes from `generator`); the points go to `device` (None: the
+    generator's)."""
     from sklearn.datasets import make_moons
 
-    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-    return torch.tensor(make_moons(n_samples=n, noise=0.2, random_state=seed)[0] * 3 - 1, dtype=torch.float32)
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
+    return torch.tensor(make_moons(n_samples=n, noise=0.2, random_state=seed)[0] * 3 - 1, dtype=torch.float32,
+                        device=generator.device if device is None else device)
 
 
 def digits_pool(seed: int, held_out: int = 297) -> tuple[torch.Tensor, torch.Tensor]:
     """sklearn's 1,797 real 8x8 digits as 64-d vectors in [-1, 1]; a seeded held-out split for W2."""
     from sklearn.datasets import load_digits
 
-    x = torch.tensor(load_digits().data / 8.0 - 1.0, dtype=torch.float32)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    x = torch.tensor(load_digits().data / 8.0 - 1.0, dtype=torch.float32, device="cpu")
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed), device="cpu")
     return x[perm[held_out:]], x[perm[:held_out]]
 
 
 class CFMData:
-    """Samplers x0 ~ source, x1 ~ target for the CFM task, plus a held-out target set."""
+    """Samplers x0 ~ source, x1 ~ target for the CFM task, plus a held-out target set, on `device`: the pool
+    and the held-out set are made on the host and moved once; each super-batch is drawn on the device by a
+    generator there (on the CPU the same draws as ever; a GPU's generator gives other, equally seeded ones)."""
 
-    def __init__(self, name: str, seed: int, eval_n: int):
-        self.name, self.gen = name, torch.Generator().manual_seed(seed)
-        eval_gen = torch.Generator().manual_seed(seed + 10_007)
+    def __init__(self, name: str, seed: int, eval_n: int, device="cpu"):
+        self.device = torch.device(device)
+        self.name, self.gen = name, torch.Generator(device=self.device).manual_seed(seed)
+        eval_gen = torch.Generator().manual_seed(seed + 10_007)  # the held-out moons: the same on every device
         if name == "digits":
-            self.train, self.held = digits_pool(seed)
+            self.train, self.held = (t.to(self.device) for t in digits_pool(seed))
             self.dim = 64
         else:
-            self.train, self.held, self.dim = None, moons(eval_n, eval_gen), 2
+            self.train, self.held, self.dim = None, moons(eval_n, eval_gen, self.device), 2
 
     def x0(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         g = generator or self.gen
-        return torch.randn(n, self.dim, generator=g) if self.name == "digits" else eight_gaussians(n, g)
+        if self.name == "digits":
+            return torch.randn(n, self.dim, generator=g, device=g.device)
+        return eight_gaussians(n, g)
 
     def x1(self, n: int) -> torch.Tensor:
         if self.name == "digits":
-            return self.train[torch.randint(0, len(self.train), (n,), generator=self.gen)]
+            return self.train[torch.randint(0, len(self.train), (n,), generator=self.gen, device=self.device)]
         return moons(n, self.gen)

@@ -23,7 +23,8 @@ def random_search_cost(x: np.ndarray, y: np.ndarray, n_projections: int, seed: i
 
 
 def plan_baselines(x: torch.Tensor, y: torch.Tensor, budget: int, seed: int) -> dict[str, float]:
-    xs, ys = x.double().numpy(), y.double().numpy()
+    """POT's solvers are numpy: the clouds are read back to the host once, before the fit."""
+    xs, ys = x.detach().double().cpu().numpy(), y.detach().double().cpu().numpy()
     w2 = exact_plan_cost(xs, ys)
     rng = np.random.default_rng(seed + 5)
     rand = float(((xs - ys[rng.permutation(len(ys))]) ** 2).sum(1).mean())

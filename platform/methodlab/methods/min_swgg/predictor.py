@@ -54,12 +54,16 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, cfg: Config, step: int, vf=None, dim: int | None = None, plan_dim: int | None = None):
+    def __init__(self, cfg: Config, step: int, vf=None, dim: int | None = None, plan_dim: int | None = None,
+                 device="cpu"):
         self.cfg, self.step, self.vf, self.dim = cfg, step, vf, dim
         self.plan_dim = plan_dim or dim  # the dimension the checkpoint's solver settings were fitted for
+        self.device = torch.device(device)  # the DGSWP solver and the vector field run here
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The checkpoint's settings (and, for cfm, its EMA vector field) on `device` (None: the CPU)."""
+        device = torch.device(device if device is not None else "cpu")
         ck = load_checkpoint(directory, method="min_swgg")
         cfg = Config.model_validate(ck.config)
         vf, dim, plan_dim = None, None, None
@@ -70,10 +74,11 @@ class Predictor:
             from methodlab.methods.min_swgg.cfm import VectorField
 
             dim, hidden = int(ck.state["dim"]), int(ck.state["hidden"])
-            vf = VectorField(dim, hidden)
+            with device:
+                vf = VectorField(dim, hidden)
             vf.load_state_dict({k[4:]: v for k, v in ck.weights.items() if k.startswith("ema.")})
             vf.eval()
-        return cls(cfg, int(ck.state.get("step", 0)), vf, dim, plan_dim)
+        return cls(cfg, int(ck.state.get("step", 0)), vf, dim, plan_dim, device)
 
     def input_model(self):
         """This checkpoint's request: plan clouds of its dimension d; 'sample' only for a cfm checkpoint."""
@@ -137,9 +142,9 @@ class Predictor:
         from methodlab.methods.min_swgg.evaluate import exact_plan_cost
         from methodlab.methods.min_swgg.swgg import assignment, build_slice, dgswp
 
-        cfg = self.cfg
-        src = torch.tensor(x.source, dtype=torch.float64)
-        tgt = torch.tensor(x.target, dtype=torch.float64)
+        cfg, dev = self.cfg, self.device
+        src = torch.tensor(x.source, dtype=torch.float64, device=dev)  # the request's clouds, moved once
+        tgt = torch.tensor(x.target, dtype=torch.float64, device=dev)
         # centre and rescale jointly: sorting plans are invariant to it, and eps keeps its meaning for any units
         mu = torch.cat([src, tgt]).mean(0)
         scale = float(torch.cat([src, tgt]).sub(mu).pow(2).sum(1).mean().sqrt()) or 1.0
@@ -148,21 +153,22 @@ class Predictor:
         g_nm = math.gcd(n, m)
         rep_x, rep_y = m // g_nm, n // g_nm  # both clouds become lcm(n, m) points of mass 1/lcm
         xs, ys = xs.repeat_interleave(rep_x, 0), ys.repeat_interleave(rep_y, 0)
-        gen = torch.Generator().manual_seed(x.seed)
-        g = build_slice("linear", xs.shape[1], generator=gen)
+        gen = torch.Generator(device=dev).manual_seed(x.seed)
+        with dev:
+            g = build_slice("linear", xs.shape[1], generator=gen)
         opt = torch.optim.Adam(g.parameters(), lr=cfg.lr_inner)
         res = dgswp(xs, ys, g, opt, n_iter=x.n_iter, eps=cfg.eps, n_samples=cfg.n_samples,
                     variance_reduction=cfg.variance_reduction, rollback=cfg.rollback, generator=gen,
                     rollback_on=cfg.rollback_on)
         a = assignment(res.sigma, res.tau)  # replicated source k -> replicated target a[k]
-        i, j = torch.arange(len(a)) // rep_x, a // rep_y
+        i, j = torch.arange(len(a), device=dev) // rep_x, a // rep_y
         pairs = torch.unique(i * m + j, return_counts=True)
         ii, jj, mass = pairs[0] // m, pairs[0] % m, pairs[1].double() / len(a)
         cost = float(((src[ii] - tgt[jj]).pow(2).sum(1) * mass).sum())  # in the caller's units, float64
         w = g.weight.detach().double().reshape(-1)
         direction = (w / w.norm()).tolist() if float(w.norm()) > 0 else [0.0] * len(w)
-        exact = exact_plan_cost(src.numpy(), tgt.numpy()) if x.with_exact else None
-        plan = [(int(p), int(q), float(w_)) for p, q, w_ in zip(ii, jj, mass)]
+        exact = exact_plan_cost(src.cpu().numpy(), tgt.cpu().numpy()) if x.with_exact else None
+        plan = list(zip(ii.tolist(), jj.tolist(), mass.tolist()))  # one copy back per field
         return Output(task="plan", assignment=a.tolist() if n == m else None, plan=plan, cost=_finite(cost),
                       direction=direction, n_iter=x.n_iter, exact_cost=None if exact is None else _finite(exact),
                       model_step=self.step)
@@ -174,7 +180,7 @@ class Predictor:
 
         data = CFMData.__new__(CFMData)
         data.name, data.dim = self.cfg.cfm_data, self.dim
-        x0 = data.x0(x.n, torch.Generator().manual_seed(x.seed))
+        x0 = data.x0(x.n, torch.Generator(device=self.device).manual_seed(x.seed))
         out = euler_sample(self.vf, x0, x.steps).clamp(-1e6, 1e6)
         out = torch.nan_to_num(out, nan=0.0)
         return Output(task="sample", samples=out.tolist(), model_step=self.step)

@@ -29,14 +29,11 @@ DIGITS = dict(task="cfm", cfm_data="digits", cfm_steps=1500, cfm_batch=128, cfm_
 
 def run_one(job: dict) -> dict:
     """One fit through the method's own entry point; returns its history and what the plots need."""
-    import torch
-
     from methodlab.core import RunContext, load_checkpoint
     from methodlab.methods.min_swgg.config import Config
     from methodlab.methods.min_swgg.train import fit
 
-    torch.set_num_threads(1)
-    cfg = Config(**job["config"])
+    cfg = Config(**{"torch_threads": 1, **job["config"]})  # one thread per run, as measured (fit narrows to it)
     keep = Path(tempfile.mkdtemp(prefix="min_swgg-repro-"))
 
     def report(metrics, ckpt_dir):

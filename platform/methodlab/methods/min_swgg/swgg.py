@@ -3,7 +3,12 @@ and the standalone solver with warm start and roll-back.
 
 h(theta) = (1/n) sum_k c(x_{sigma(k)}, y_{tau(k)}), sigma/tau = argsort of g_theta on each cloud.
 h is piecewise constant in theta, so we minimise h_eps(theta) = E_Z[h(theta + eps Z)] whose gradient is
-(1/eps) E[(h(theta + eps Z) - h(theta)) Z]: N+1 evaluations of h, no autograd through the sort."""
+(1/eps) E[(h(theta + eps Z) - h(theta)) Z]: N+1 evaluations of h, no autograd through the sort.
+
+Everything runs in torch on the clouds' device: slices are built under the caller's device context
+(ctx.init_module()), the Gaussian perturbations are drawn there by the caller's generator, and the solver
+loop keeps h, the roll-back choice and its best parameters on the device (no host round trip per
+iteration); FitResult's scalars are read from the device when a caller asks for them."""
 
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ class BusemannSlice(nn.Module):
 
     def __init__(self, d: int, generator: torch.Generator | None = None):
         super().__init__()
-        v = torch.randn(1, d, dtype=torch.float64, generator=generator)
+        device = generator.device if generator is not None else None  # None: the current default device
+        v = torch.randn(1, d, dtype=torch.float64, generator=generator, device=device)
         self.direction = nn.Parameter(v / v.norm())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -33,7 +39,9 @@ class BusemannSlice(nn.Module):
 
 def build_slice(kind: str, d: int, *, activation: str = "relu", dtype=torch.float32,
                 generator: torch.Generator | None = None) -> nn.Module:
-    """linear: nn.Linear(d, 1) with torch's default init; mlpH: d -> H -> H -> 1 with He init (official flows)."""
+    """linear: nn.Linear(d, 1) with torch's default init; mlpH: d -> H -> H -> 1 with He init (official flows).
+    Built on the current default device (call it under ctx.init_module() or `with device:`); `generator`,
+    when given, must live on that device."""
     if kind == "busemann":
         return BusemannSlice(d, generator)
     if kind == "linear":
@@ -84,7 +92,7 @@ class Gram:
     def __init__(self, x: torch.Tensor, y: torch.Tensor):
         xd, yd = x.double(), y.double()
         self.G = xd @ yd.T if len(x) <= 2048 else (x @ y.T)
-        self.const = float(xd.pow(2).sum() + yd.pow(2).sum()) / len(x)
+        self.const = (xd.pow(2).sum() + yd.pow(2).sum()) / len(x)  # float64 on the device
 
     def cost(self, sx: torch.Tensor, sy: torch.Tensor) -> torch.Tensor:
         return (self.const - 2 * self.G[sx, sy].double().mean(-1)).clamp_min(0.0)
@@ -134,7 +142,7 @@ def assignment(sigma: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 def dense_plan(sigma: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """P[sigma(k), tau(k)] = 1/n (only for small n: tests and serving use permutations)."""
     n = sigma.shape[0]
-    P = torch.zeros(n, n, dtype=torch.float64)
+    P = torch.zeros(n, n, dtype=torch.float64, device=sigma.device)
     P[sigma, tau] = 1.0 / n
     return P
 
@@ -170,10 +178,11 @@ def perturbed_h(g: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: dict[str,
 
 
 def draw_noise(g: nn.Module, n_samples: int, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
-    """N standard normal draws per parameter tensor, with a zero row 0 (the unperturbed theta)."""
+    """N standard normal draws per parameter tensor, with a zero row 0 (the unperturbed theta), drawn on the
+    parameters' device (the generator must live there)."""
     out = {}
     for k, v in g.named_parameters():
-        z = torch.randn((n_samples, *v.shape), generator=generator, dtype=v.dtype)
+        z = torch.randn((n_samples, *v.shape), generator=generator, dtype=v.dtype, device=v.device)
         out[k] = torch.cat([torch.zeros_like(z[:1]), z])
     return out
 
@@ -181,8 +190,8 @@ def draw_noise(g: nn.Module, n_samples: int, generator: torch.Generator | None) 
 @dataclass
 class GradEstimate:
     grads: dict[str, torch.Tensor]
-    h0: float  # h(theta), unperturbed (report this)
-    smoothed: float  # mean_s h(theta + eps Z_s) (the official logged loss, used by the roll-back)
+    h0: torch.Tensor  # h(theta), unperturbed (report this); a 0-d tensor on the device
+    smoothed: torch.Tensor  # mean_s h(theta + eps Z_s) (the official logged loss, used by the roll-back)
 
 
 def smoothed_grad(g: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, n_samples: int,
@@ -197,7 +206,7 @@ def smoothed_grad(g: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float,
     for k, z in noise.items():
         zs = z[1:]
         grads[k] = (w.reshape(-1, *[1] * (zs.dim() - 1)).to(zs.dtype) * zs).mean(0) / eps
-    return GradEstimate(grads, float(h0), float(hp.mean()))
+    return GradEstimate(grads, h0, hp.mean())
 
 
 # ------------------------------------------------------------------------------------------- solver
@@ -231,14 +240,36 @@ class SphereSGD:
 
 @dataclass
 class FitResult:
-    h_init: float
-    h: float  # h at the returned slice
+    """A fit's outcome. The scalars stay on the device as tensors (`*_t`); the float / list properties read
+    them (one host sync each: read them at report time, not inside a training loop)."""
+    h_init_t: torch.Tensor
+    h_t: torch.Tensor  # h at the returned slice
     sigma: torch.Tensor
     tau: torch.Tensor
-    best_iter: int
-    history: list[float] = field(default_factory=list)  # h(theta_t), unperturbed
-    smoothed: list[float] = field(default_factory=list)  # smoothed loss of theta_t
+    best_iter_t: torch.Tensor
+    history_t: torch.Tensor  # [n_iter] h(theta_t), unperturbed
+    smoothed_t: torch.Tensor  # [n_iter] smoothed loss of theta_t
     evaluations: int = 0
+
+    @property
+    def h_init(self) -> float:
+        return float(self.h_init_t)
+
+    @property
+    def h(self) -> float:
+        return float(self.h_t)
+
+    @property
+    def best_iter(self) -> int:
+        return int(self.best_iter_t)
+
+    @property
+    def history(self) -> list[float]:
+        return self.history_t.tolist()
+
+    @property
+    def smoothed(self) -> list[float]:
+        return self.smoothed_t.tolist()
 
 
 def dgswp(x: torch.Tensor, y: torch.Tensor, g: nn.Module, opt, *, n_iter: int = 1000, eps: float = 0.05,
@@ -250,33 +281,40 @@ def dgswp(x: torch.Tensor, y: torch.Tensor, g: nn.Module, opt, *, n_iter: int = 
     Roll-back keeps a DEEP copy of the parameters with the smallest smoothed loss (rollback_on="smoothed",
     the paper's rule) or the smallest unperturbed h(theta_t) (rollback_on="h", free: h(theta_t) is the
     control variate). The official code keeps state_dict() references, which alias the live tensors,
-    so its roll-back never changes anything."""
+    so its roll-back never changes anything. The comparison and the copy are device ops (torch.where), so
+    the loop never waits for the host; a fit whose losses are all NaN keeps its last iterate, as before."""
     x, y = x.detach(), y.detach()
     gram = maybe_gram(x, y, cost, use_gram) if n_iter > 0 else None
     hist, smooth = [], []
-    best_loss, best_state, best_iter = float("inf"), None, -1
-    h_init = None
+    best_loss = torch.full((), float("inf"), dtype=torch.float64, device=x.device)
+    best_iter = torch.full((), -1, dtype=torch.long, device=x.device)
+    best_state = {k: v.detach().clone() for k, v in g.state_dict().items()} if rollback and n_iter > 0 else None
     for it in range(n_iter):
         est = smoothed_grad(g, x, y, eps=eps, n_samples=n_samples, generator=generator,
                             variance_reduction=variance_reduction, cost=cost, gram=gram)
-        if h_init is None:
-            h_init = est.h0
         hist.append(est.h0)
         smooth.append(est.smoothed)
-        score = est.h0 if rollback_on == "h" else est.smoothed
-        if rollback and score < best_loss:  # theta_t is the iterate this loss belongs to (before the step)
-            best_loss, best_iter = score, it
-            best_state = copy.deepcopy(g.state_dict())
+        if rollback:  # theta_t is the iterate this loss belongs to (before the step)
+            score = (est.h0 if rollback_on == "h" else est.smoothed).to(torch.float64)
+            better = score < best_loss
+            best_loss = torch.where(better, score, best_loss)
+            best_iter = torch.where(better, it, best_iter)
+            best_state = {k: torch.where(better, v.detach(), best_state[k]) for k, v in g.state_dict().items()}
         opt.zero_grad(set_to_none=True)
         for k, p in g.named_parameters():
             p.grad = est.grads[k].to(p.dtype)
         opt.step()
-    if rollback and best_state is not None:
-        g.load_state_dict(best_state)
+    if best_state is not None:  # back to the best iterate (if any loss was finite: best_iter >= 0)
+        found = best_iter >= 0
+        with torch.no_grad():
+            for k, v in g.state_dict().items():
+                v.copy_(torch.where(found, best_state[k], v))
+        best_iter = torch.where(found, best_iter, n_iter)
     else:
-        best_iter = n_iter
+        best_iter = torch.full((), n_iter, dtype=torch.long, device=x.device)
     sigma, tau = sorting_plan(g, x, y)
-    h = float(lifted_cost(x, y, project(g, x).detach()[None], project(g, y).detach()[None], cost, gram=gram)[0])
-    if h_init is None:
-        h_init = h
-    return FitResult(h_init, h, sigma, tau, best_iter, hist, smooth, evaluations=n_iter * (n_samples + 1))
+    h = lifted_cost(x, y, project(g, x).detach()[None], project(g, y).detach()[None], cost, gram=gram)[0]
+    empty = x.new_zeros(0, dtype=torch.float64)
+    stack = lambda xs: torch.stack(xs).to(torch.float64) if xs else empty  # noqa: E731
+    return FitResult(hist[0] if hist else h, h, sigma, tau, best_iter, stack(hist), stack(smooth),
+                     evaluations=n_iter * (n_samples + 1))

@@ -18,4 +18,10 @@ SPEC = MethodSpec(
               "gbt.monotonicity_map": f"{_PKG}.jobs:monotonicity_map",
               "gbt.monotonicity_check": f"{_PKG}.jobs:monotonicity_check", "gbt.cv_real": f"{_PKG}.jobs:cv_real"},
     family="preference",
+    cpu_only="numpy / scipy by nature: a strictly convex MAP fit by L-BFGS / Newton on small float64 matrices and "
+             "eigenvalue tests of Laplacians, with no torch network to put on a GPU",
+    precisions=("fp32",),
+    precision_note="no torch network: the fits and the monotonicity tests are numpy float64, so autocast has "
+                   "nothing to act on",
+    no_compile="no torch module to compile (numpy / scipy)",
 )

@@ -17,6 +17,7 @@ LawName = Literal["uniform", "binary", "kary", "gaussian"]
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/sq_err"
     mode: ClassVar[Literal["max", "min"]] = "min"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/sq_err", "eval/const0_sq_err", "eval/train_sq_err", "eval/nmse")
     smoke: ClassVar[dict] = {"n_items": 10, "n_comparisons": 50, "n_test": 500, "sweep_seeds": 5, "sweep_n": [50]}
 
     seed: int = Field(0, description="Seed of the synthetic instance (numpy default_rng(seed)) and of the CV folds.")
@@ -37,7 +38,8 @@ class Config(MethodConfig):
     solver: Literal["lbfgs", "newton"] = Field("lbfgs", description="MAP solver: L-BFGS from beta = 0 (official) or Newton.")
     tol: float = Field(1e-8, gt=0, le=1e-2, description="Gradient max-norm at which the solver stops.")
     max_iter: int = Field(15000, ge=10, le=1_000_000, description="Solver iteration cap.")
-    blas_threads: int | None = Field(1, ge=1, le=256, description="BLAS threads of this run (threadpoolctl); None: leave.")
+    blas_threads: int | None = Field(None, ge=1, le=256, description="Narrow the BLAS threads of this run (threadpoolctl); "
+                                     "None: the runner's count (the job's cpus_per_worker). Never widens.")
 
     # --- data -----------------------------------------------------------------------------------------------
     data: Literal["synthetic", "movielens", "tournesol", "csv"] = Field("synthetic", description="Comparison source.")

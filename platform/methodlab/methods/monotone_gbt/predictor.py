@@ -49,13 +49,16 @@ class Predictor:
         self.cfg, self.items, self.theta, self.beta_feat, self.version = cfg, items, theta, beta_feat, version
         self.index = {k: i for i, k in enumerate(items)}
         self.law = make_law(cfg.root_law, cfg.kary_k, cfg.gaussian_var)
+        self.device = "cpu"  # numpy scores: answers on the host
 
     @property
     def n_features(self) -> int:
         return int(len(self.beta_feat))
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """`device` is taken for the common predictor interface; this predictor is numpy (SPEC.cpu_only) and
+        answers on the host whatever device a deployment has."""
         ck = load_checkpoint(directory, method="monotone_gbt")
         if ck.state.get("kind") != "gbt.fit":
             raise CheckpointError(f"{directory}: a {ck.state.get('kind')!r} checkpoint; serving needs a gbt.fit one "

@@ -34,7 +34,7 @@ DEV_SEEDS, REPORT_SEEDS = (10, 11, 12), (0, 1, 2)
 def _cfg(**kw):
     from methodlab.methods.monotone_gbt.config import Config
 
-    return Config(**{"n_test": 0, **kw})
+    return Config(**{"n_test": 0, "blas_threads": 1, **kw})  # the recipe: parallel processes, BLAS 1 thread each
 
 
 def _sweep_chunk(args) -> list[dict]:

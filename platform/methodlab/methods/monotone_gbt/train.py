@@ -21,14 +21,17 @@ SLUG = "monotone_gbt"
 
 
 def blas_limit(cfg):
-    """Limit BLAS threads for the run (1 by default: the machines are shared)."""
-    if cfg.blas_threads is None:
+    """Narrow the BLAS / OpenMP threads for the run to cfg.blas_threads (None: leave the runner's count, which
+    follows the job's cpus_per_worker). A config only narrows, never widens a pool."""
+    n = cfg.blas_threads
+    if not n:
         return contextlib.nullcontext()
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_info, threadpool_limits
     except ImportError:  # pragma: no cover - scikit-learn brings it
         return contextlib.nullcontext()
-    return threadpool_limits(cfg.blas_threads)
+    limits = {p["prefix"]: int(n) for p in threadpool_info() if int(n) < p.get("num_threads", 0)}
+    return threadpool_limits(limits) if limits else contextlib.nullcontext()
 
 
 def model_x(kind: str, a_n: int, x_feat, identity_weight: float) -> np.ndarray:

@@ -40,12 +40,14 @@ class MoreConfig(BaseModel):
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/balanced_acc"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/balanced_acc", "eval/acc_many", "eval/acc_few", "train/loss_task")
     smoke: ClassVar[dict] = {"dataset": "digits_lt", "imbalance": 10.0, "epochs": 10, "log_every": 5, "checkpoint_every": 5}
     resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"log_every", "checkpoint_every"}
 
     seed: int = Field(0, description="Seed of the initialisation, batch order and (unless data_seed) the LT split.")
     data_seed: int | None = Field(None, description="Seed of the LT subsample and class-order shuffle; None: seed.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads "
+                                      "(scaling.cpus_per_worker) for this run; None: the runner's count.")
 
     # --- data -----------------------------------------------------------------------------------------------
     dataset: Dataset = Field("digits_lt", description="digits_lt (acceptance) | fmnist_lt (Debian IDX) | digits_mosaic "

@@ -27,9 +27,10 @@ class LTData:
 
     @property
     def prior(self) -> torch.Tensor:
-        """pi_c = n_c / sum n (multi-label: share of positive labels, so sum pi = 1 and C * w is O(1))."""
+        """pi_c = n_c / sum n (multi-label: share of positive labels, so sum pi = 1 and C * w is O(1)), on the
+        device of the training tensors."""
         c = self.counts.astype(np.float64)
-        return torch.tensor(c / max(c.sum(), 1.0), dtype=torch.float32)
+        return torch.tensor(c / max(c.sum(), 1.0), dtype=torch.float32, device=self.x_train.device)
 
     @property
     def image_shape(self) -> tuple[int, ...]:
@@ -53,13 +54,14 @@ def raw(cfg) -> dict:
                            cfg.max_images, seed)
 
 
-def build_data(cfg) -> LTData:
+def build_data(cfg, device="cpu") -> LTData:
+    """The splits as tensors on `device` (the run's; the host by default), copied there once."""
     d = raw(cfg)
     c = int(d["n_classes"])
     ml = bool(d.get("multilabel", False))
     ytr = d["y_train"]
     counts = ytr.sum(0).astype(np.int64) if ml else np.bincount(ytr, minlength=c)
     ydt = torch.float32 if ml else torch.int64
-    t = lambda a, dt=torch.float32: torch.as_tensor(np.ascontiguousarray(a), dtype=dt)  # noqa: E731
+    t = lambda a, dt=torch.float32: torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device=device)  # noqa: E731
     return LTData(t(d["x_train"]), t(ytr, ydt), t(d["x_val"]), t(d["y_val"], ydt), t(d["x_test"]), t(d["y_test"], ydt),
                   c, counts, lt.make_groups(counts, cfg.groups), list(d["class_names"]), ml)

@@ -14,7 +14,7 @@ GROUP_NAMES = ("many", "medium", "few")
 
 @torch.no_grad()
 def logits(net, x: torch.Tensor, batch: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """(z_full, z_gen) in eval mode, in chunks."""
+    """(z_full, z_gen) in eval mode, in chunks, on x's device."""
     was = net.training
     net.eval()
     zf, zg = [], []
@@ -24,7 +24,7 @@ def logits(net, x: torch.Tensor, batch: int = 1024) -> tuple[torch.Tensor, torch
         zg.append(b)
     net.train(was)
     if not zf:
-        return torch.zeros(0), torch.zeros(0)
+        return torch.zeros(0, device=x.device), torch.zeros(0, device=x.device)
     return torch.cat(zf), torch.cat(zg)
 
 
@@ -92,5 +92,5 @@ def evaluate(net, data, prefix: str = "eval", split: str = "test") -> dict:
     x, y = (data.x_test, data.y_test) if split == "test" else (data.x_val, data.y_val)
     if len(x) == 0:
         return {}
-    zf, zg = logits(net, x)
-    return metrics_from_logits(zf, zg, y, data.groups, data.multilabel, prefix)
+    zf, zg = logits(net, x)  # on the run's device; the metrics are numpy on the host (one copy per evaluation)
+    return metrics_from_logits(zf.cpu(), zg.cpu(), y.cpu(), data.groups, data.multilabel, prefix)

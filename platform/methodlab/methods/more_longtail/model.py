@@ -18,8 +18,9 @@ class _LowRank(nn.Module):
 
     def _init_lowrank(self, out_f: int, fan_in: int, rank: int, a_init: str = "kaiming"):
         self.rank = rank
-        self.A = nn.Parameter(torch.empty(rank, fan_in))
-        self.B = nn.Parameter(torch.zeros(out_f, rank))
+        dev = self.weight.device  # beside W_g (the run's device)
+        self.A = nn.Parameter(torch.empty(rank, fan_in, device=dev))
+        self.B = nn.Parameter(torch.zeros(out_f, rank, device=dev))
         nn.init.kaiming_uniform_(self.A, a=math.sqrt(5) if a_init == "kaiming_sqrt5" else 0.0)
         self.use_tail = True
 
@@ -42,7 +43,7 @@ class LowRankLinear(_LowRank):
         return F.linear(x, self.effective_weight(), self.bias)
 
     def merged(self) -> nn.Linear:
-        m = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        m = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device=self.weight.device)
         with torch.no_grad():
             m.weight.copy_(self.weight + self.delta())
             if self.bias is not None:
@@ -65,7 +66,7 @@ class LowRankConv2d(_LowRank):
         return F.conv2d(x, self.effective_weight(), self.bias, a["stride"], a["padding"], a["dilation"], a["groups"])
 
     def merged(self) -> nn.Conv2d:
-        m = nn.Conv2d(**self.conv_args, bias=self.bias is not None)
+        m = nn.Conv2d(**self.conv_args, bias=self.bias is not None, device=self.weight.device)
         with torch.no_grad():
             m.weight.copy_(self.weight + self.delta())
             if self.bias is not None:
@@ -233,11 +234,11 @@ class TwoPathNet(nn.Module):
                 return self.net(x)
             finally:
                 set_tail(self.net, True)
-        rng = torch.get_rng_state()  # the general path replays the same dropout masks
+        rng = _get_rng(x.device)  # the general path replays the same dropout masks (the RNG of x's device)
         set_tail(self.net, True)
         z_full = self.net(x)
-        after = torch.get_rng_state()
-        torch.set_rng_state(rng)
+        after = _get_rng(x.device)
+        _set_rng(x.device, rng)
         saved = self._bn_momentum(frozen=True)  # running stats: the full path's update only (same batch stats)
         set_tail(self.net, False)
         try:
@@ -245,8 +246,22 @@ class TwoPathNet(nn.Module):
         finally:
             set_tail(self.net, True)
             self._bn_momentum(frozen=False, saved=saved)
-            torch.set_rng_state(after)
+            _set_rng(x.device, after)
         return z_full, z_gen
+
+
+def _get_rng(device: torch.device) -> torch.Tensor:
+    """State of the default generator that draws dropout masks on `device` (CPU or an accelerator)."""
+    if device.type == "cpu":
+        return torch.get_rng_state()
+    return torch.get_device_module(device).get_rng_state(device)
+
+
+def _set_rng(device: torch.device, state: torch.Tensor) -> None:
+    if device.type == "cpu":
+        torch.set_rng_state(state)
+    else:
+        torch.get_device_module(device).set_rng_state(state, device)
 
 
 # ------------------------------------------------------------------------------------------- MORE loss

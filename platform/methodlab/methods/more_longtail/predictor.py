@@ -51,25 +51,29 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, cfg: Config, net, state: dict):
-        self.cfg, self.net, self.state = cfg, net.eval(), state
+    def __init__(self, cfg: Config, net, state: dict, device=None):
+        self.device = torch.device("cpu" if device is None else device)
+        self.cfg, self.net, self.state = cfg, net.to(self.device).eval(), state
         self.c = int(state["n_classes"])
         self.shape = tuple(int(s) for s in state["image_shape"])  # (H, W) or (3, H, W)
         self.names = list(state.get("class_names") or [str(i) for i in range(self.c)])
         self.multilabel = bool(state.get("multilabel", False))
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The merged network on `device` (None: CPU; a str or torch.device)."""
         from methodlab.methods.more_longtail.train import build_net
 
+        device = torch.device("cpu" if device is None else device)
         ck = load_checkpoint(directory, method="more_longtail")
         cfg = Config.model_validate(ck.config)
         st = ck.state
-        net = build_net(cfg, tuple(st["image_shape"]), int(st["n_classes"]), merged=bool(st.get("merged")))
+        with device:
+            net = build_net(cfg, tuple(st["image_shape"]), int(st["n_classes"]), merged=bool(st.get("merged")))
         net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
         merge_lowrank(net.net)  # no-op for plain / already merged checkpoints
         assert not lowrank_modules(net), "the served network must be merged"
-        return cls(cfg, net, st)
+        return cls(cfg, net, st, device)
 
     # --- schema --------------------------------------------------------------------------------------------
     @property
@@ -139,7 +143,8 @@ class Predictor:
             if not self.multilabel and not 1 <= int(item.top_k) <= self.c:
                 raise FieldError(f"[{i}].top_k", f"must lie in 1..{self.c}")
             xs.append(self._array(i, item))
-        z = self.net(torch.tensor(np.stack(xs)), paths="full")
+        x = torch.as_tensor(np.stack(xs), device="cpu").to(self.device)  # the batch's pixels: one copy to the device
+        z = self.net(x, paths="full").cpu()  # the answers are read on the host
         out = []
         for k, item in enumerate(inputs):
             if self.multilabel:

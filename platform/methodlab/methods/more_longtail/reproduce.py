@@ -54,13 +54,12 @@ def arm_config(base: dict, loss: str, arm: str, seed: int, extra: dict | None = 
 
 
 def run_one(job: dict) -> dict:
-    import torch
-
     from methodlab.core import RunContext
+    from methodlab.core.device import set_threads
     from methodlab.methods.more_longtail.config import Config
     from methodlab.methods.more_longtail.train import fit
 
-    torch.set_num_threads(1)
+    set_threads(1)  # this worker process is the runner here: the recipe's one thread per fit
     cfg = Config(**job["config"])
     ctx = RunContext(quiet=True)
     t0 = time.perf_counter()

@@ -59,14 +59,13 @@ def load(path: Path = OUT) -> list[dict]:
 
 
 def run(names=None, losses=("ce", "la"), seeds=DEV_SEEDS, path: Path = OUT, log=print) -> list[dict]:
-    import torch
-
     from methodlab.core import RunContext
+    from methodlab.core.device import set_threads
     from methodlab.methods.more_longtail.config import Config
     from methodlab.methods.more_longtail.train import fit
     from methodlab.specs.files import load_job
 
-    torch.set_num_threads(1)
+    set_threads(1)  # this process is the runner here: the screen's one thread per fit
     base = load_job(JOB).config.model_dump(mode="json")
     done = {r["key"] for r in load(path)}
     for name in names or list(RECIPES):

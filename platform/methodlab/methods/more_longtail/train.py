@@ -39,14 +39,14 @@ def build_net(cfg: Config, image_shape: tuple[int, ...], n_classes: int, merged:
     if cfg.more.enabled and not merged:
         wrap_lowrank(bb, cfg.more.rank, cfg.more.rank_ratio, cfg.more.layers, cfg.more.a_init)
     shape = (3, 1, 1) if len(image_shape) == 3 else (1,)
-    return TwoPathNet(bb, Standardize(torch.zeros(shape), torch.ones(shape)))
+    dev = next(bb.parameters()).device  # where the backbone was built (ctx.init_module() in a run)
+    return TwoPathNet(bb, Standardize(torch.zeros(shape, device=dev), torch.ones(shape, device=dev)))
 
 
 @torch.no_grad()
 def merge_max_diff(net: TwoPathNet, x: torch.Tensor) -> tuple[TwoPathNet, float]:
-    """Merged copy of `net` and max |merged logits - unmerged full logits| in float32 (TF32 off)."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    """Merged copy of `net` and max |merged logits - unmerged full logits| in float32 (on a GPU, TF32 is the
+    runner's scaling.tf32, off by default: with it on, this check measures TF32 rounding too)."""
     merged = copy.deepcopy(net).eval()
     merge_lowrank(merged.net)
     assert not lowrank_modules(merged), "low-rank modules remain after the merge"
@@ -64,13 +64,17 @@ def shift_augment(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torc
     if s <= 0 or n == 0:
         return x
     pad = torch.nn.functional.pad(x, (s, s, s, s))
-    shifts = torch.randint(-s, s + 1, (n, 2), generator=gen)
+    dev = x.device
+    shifts = torch.randint(-s, s + 1, (n, 2), generator=gen, device=gen.device).to(dev)  # the generator's device
     h, w = x.shape[-2], x.shape[-1]
-    out = torch.empty_like(x)
-    for i in range(n):  # small batches (64-128): a Python loop over samples costs little next to two forward passes
-        dy, dx = int(shifts[i, 0]), int(shifts[i, 1])
-        out[i] = pad[i, ..., s - dy:s - dy + h, s - dx:s - dx + w]
-    return out
+    # one gather on x's device (no per-sample host read): out[i, ..., r, c] = pad[i, ..., s - dy_i + r, s - dx_i + c]
+    rows = (s - shifts[:, 0])[:, None] + torch.arange(h, device=dev)[None]  # [n, h]
+    cols = (s - shifts[:, 1])[:, None] + torch.arange(w, device=dev)[None]  # [n, w]
+    i = torch.arange(n, device=dev)
+    if x.dim() == 3:
+        return pad[i[:, None, None], rows[:, :, None], cols[:, None, :]]
+    ch = torch.arange(x.shape[1], device=dev)
+    return pad[i[:, None, None, None], ch[None, :, None, None], rows[:, None, :, None], cols[:, None, None, :]]
 
 
 def _lr_factor(cfg: Config, epoch: int) -> float:
@@ -85,46 +89,57 @@ def _lr_factor(cfg: Config, epoch: int) -> float:
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
-    data = build_data(cfg)
+    dev = ctx.device
+    data = build_data(cfg, device=dev)  # every split on the run's device, copied once
     c = data.n_classes
-    net = build_net(cfg, data.image_shape, c)
+    with ctx.init_module():
+        net = build_net(cfg, data.image_shape, c)
     mean, std = norm_stats(data.x_train)
     net.std.mean.copy_(mean)
     net.std.std.copy_(std.clamp_min(1e-6))
-    prior = data.prior  # the whole training split's prior, before any sharding
+    prior = data.prior  # the whole training split's prior, before any sharding (on the run's device)
     model = ctx.prepare_model(net)
+    net = ctx.unwrap(model)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    aug_gen = torch.Generator().manual_seed(cfg.seed + 2)  # augmentation draws leave the global RNG (init, dropout) alone
-    loader = ctx.prepare_loader(DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=cfg.batch_size,
-                                           shuffle=True, generator=gen))
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 1)  # the DataLoader's host-side shuffle
+    aug_gen = torch.Generator(device=dev).manual_seed(cfg.seed + 2)  # augmentation draws leave the global RNG (init,
+    # dropout) alone; on the device they feed
+    # The loader shuffles and shards (DistributedSampler under DDP) index batches on the host; the images stay on
+    # the device and each step gathers its batch there (the same batches, in the same order, as a loader of the
+    # images themselves).
+    index = torch.arange(len(data.x_train), device="cpu")
+    loader = ctx.prepare_loader(DataLoader(TensorDataset(index), batch_size=cfg.batch_size, shuffle=True,
+                                           generator=gen))
     steps_per_epoch = max(1, len(loader))
     epoch, step = 0, 0
     zf0, zg0 = logits(net, data.x_test)
     info = {"step0_max_diff": float((zf0 - zg0).abs().max()) if len(zf0) else 0.0}
 
-    if ctx.checkpoint is not None:  # resume at the saved epoch
+    if ctx.checkpoint is not None:  # resume at the saved epoch (the model is on its device: optimiser state follows)
         ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
         net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
         opt.load_state_dict(ck.torch_state["opt"])
         gen.set_state(ck.torch_state["gen"])
-        if "aug_gen" in ck.torch_state:
-            aug_gen.set_state(ck.torch_state["aug_gen"])
+        if "aug_gen" in ck.torch_state and ck.torch_state.get("aug_gen_device", "cpu") == dev.type:
+            aug_gen.set_state(ck.torch_state["aug_gen"])  # (a generator of another device type cannot take it)
         torch.set_rng_state(ck.torch_state["rng"])
+        if dev.type != "cpu" and "device_rng" in ck.torch_state:
+            torch.get_device_module(dev).set_rng_state(ck.torch_state["device_rng"], dev)
         epoch, step = int(ck.state["epoch"]), int(ck.state["step"])
         info = dict(ck.state.get("info", info))
         ctx.history[:] = list(ck.extras.get("history", []))
 
     def writer(final: bool):
         def write(d: Path):
+            ts = {"opt": opt.state_dict(), "gen": gen.get_state(), "rng": torch.get_rng_state(),
+                  "aug_gen": aug_gen.get_state(), "aug_gen_device": dev.type}
+            if dev.type != "cpu":  # dropout masks on an accelerator come from its own generator
+                ts["device_rng"] = torch.get_device_module(dev).get_rng_state(dev)
             save_checkpoint(d, method=SLUG, config=cfg, weights={f"net.{n}": v for n, v in net.state_dict().items()},
-                            torch_state={"opt": opt.state_dict(), "gen": gen.get_state(), "rng": torch.get_rng_state(),
-                                         "aug_gen": aug_gen.get_state()},
-                            state=checkpoint_state(cfg, data, epoch, step, final, merged=False, info=info),
+                            torch_state=ts, state=checkpoint_state(cfg, data, epoch, step, final, merged=False, info=info),
                             extras={"history": ctx.history})
         return write
 
@@ -137,8 +152,12 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         sampler = getattr(loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):  # DistributedSampler (multi-worker): a new shuffle every epoch
             sampler.set_epoch(epoch)
-        sums = {"task": 0.0, "more": 0.0, "alpha": 0.0, "n": 0}
-        for xb, yb in loader:
+        # summed on the device in float64 (as the Python float sums they replace); read once per report
+        sums = {"task": torch.zeros((), dtype=torch.float64, device=dev),
+                "more": torch.zeros((), dtype=torch.float64, device=dev), "alpha": 0.0, "n": 0}
+        for (ib,) in loader:
+            ib = ib.to(dev, non_blocking=True)
+            xb, yb = data.x_train[ib], data.y_train[ib]
             if cfg.more.schedule_unit == "epoch":
                 alpha = alpha_t(epoch, cfg.epochs, cfg.more.amplitude, c, cfg.more.schedule)
             else:
@@ -146,23 +165,25 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             alpha = alpha if arm == "more" else 0.0
             if cfg.augment == "shift":
                 xb = shift_augment(xb, cfg.augment_shift, aug_gen)
-            z_full, z_gen = model(xb)
+            with ctx.autocast():
+                z_full, z_gen = model(xb)
+            z_full, z_gen = z_full.float(), z_gen.float()  # losses in float32
             l_task = task_loss(z_full, yb, prior, cfg.base_loss, cfg.la_tau)
             l_more = more_loss(z_full, z_gen, yb, prior, data.multilabel, cfg.more.discrepancy, cfg.more.weighting)
             loss = l_task + alpha * l_more if alpha > 0 else l_task
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            ctx.backward(loss)
+            ctx.optimizer_step(opt)
             step += 1
-            sums["task"] += float(l_task.detach())
-            sums["more"] += float(l_more.detach())
+            sums["task"] += l_task.detach().double()
+            sums["more"] += l_more.detach().double()
             sums["alpha"] += alpha
             sums["n"] += 1
         epoch += 1
         done = epoch >= cfg.epochs
         if epoch % cfg.log_every == 0 or done or epoch == 1:
             n = max(sums["n"], 1)
-            lt_, lm_, al_ = sums["task"] / n, sums["more"] / n, sums["alpha"] / n
+            lt_, lm_, al_ = float(sums["task"]) / n, float(sums["more"]) / n, sums["alpha"] / n
             m = {"epoch": epoch, "train/step": step, "train/loss_task": lt_, "train/loss_more": lm_, "train/alpha": al_,
                  "train/more_over_task": al_ * lm_ / lt_ if lt_ > 0 else 0.0,
                  "train/finite": float(math.isfinite(lt_) and math.isfinite(lm_)),
@@ -192,9 +213,8 @@ def checkpoint_state(cfg: Config, data: LTData, epoch: int, step: int, final: bo
 
 def fit_merge_export(cfg: Config, ctx: RunContext) -> dict:
     """Setting `merge_export`: read `source_checkpoint`, fold B A into W, check the merged logits against the
-    unmerged full logits (test split, float32, TF32 off), write a plain checkpoint (no A, B) and report."""
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    unmerged full logits (test split, float32, on ctx.device), write a plain checkpoint (no A, B) and report."""
+    ctx.limit_threads(cfg.torch_threads)
     if not cfg.source_checkpoint:
         from methodlab.core import ConfigError
 
@@ -208,9 +228,10 @@ def fit_merge_export(cfg: Config, ctx: RunContext) -> dict:
     ck = load_checkpoint(src_dir, method=SLUG)
     src = Config.model_validate(ck.config)
     st = ck.state
-    net = build_net(src, tuple(st["image_shape"]), int(st["n_classes"]), merged=bool(st.get("merged")))
+    with ctx.init_module():
+        net = build_net(src, tuple(st["image_shape"]), int(st["n_classes"]), merged=bool(st.get("merged")))
     net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
-    data = build_data(src)
+    data = build_data(src, device=ctx.device)
     merged, diff = merge_max_diff(net, data.x_test)
     m = {"epoch": int(st.get("epoch", 0)), "train/step": int(st.get("step", 0)), "check/merge_max_diff": diff,
          "params/unmerged": sum(p.numel() for p in net.parameters()),

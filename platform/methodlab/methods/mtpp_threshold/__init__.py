@@ -14,4 +14,12 @@ SPEC = MethodSpec(
     reproduce=f"{_PKG}.reproduce:main",
     settings={"calibrate": f"{_PKG}.jobs:calibrate", "evaluate": f"{_PKG}.jobs:evaluate_only",
               "simulate": f"{_PKG}.jobs:simulate"},
+    precisions=("fp32", "bf16"),
+    precision_note="no fp16: the density -dGamma*/dtau is an inner autograd.grad that the GradScaler does not "
+                   "scale (small densities and the tail difference G(tau) - G(inf) underflow fp16's range), and "
+                   "the LSTM has no fp16 CPU kernel (oneDNN refuses it); bf16 keeps fp32's range (smoke: test NLL "
+                   "within 0.001 of fp32)",
+    no_compile="the model has no single forward: the loss calls its parts and takes the density -dGamma*/dtau "
+               "by torch.autograd.grad(create_graph=True) inside the loss (a double backward), which torch.compile "
+               "does not support",
 )

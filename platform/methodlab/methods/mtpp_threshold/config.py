@@ -16,9 +16,11 @@ from methodlab.core.method import MethodConfig
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "val/macro_f1"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("val/macro_f1", "val/rare_f1", "val/micro_f1", "val/nll", "test/macro_f1")
     smoke: ClassVar[dict] = {"dataset": "hawkes", "n_train": 150, "n_val": 40, "n_test": 40, "seq_events": 20,
                              "d_history": 16, "d_intensity": 16, "mlp_layers": 2, "max_epochs": 3, "min_epochs": 1,
-                             "n_time_samples": 8, "checkpoint_every": 2, "torch_threads": 1}
+                             "n_time_samples": 8, "checkpoint_every": 2}
+    write_paths: ClassVar[tuple[str, ...]] = ("simulate_out",)  # written by a run: relative = inside its run folder
 
     seed: int = Field(0, description="Seed of initialisation, batch order and time sampling.")
 
@@ -90,9 +92,12 @@ class Config(MethodConfig):
                                "pass (the sweep objective); False: validation NLL only until the last epoch (saves a "
                                "pass over the training split per epoch; results unchanged).")
     checkpoint_every: int = Field(5, ge=1, description="Epochs between checkpoints.")
-    torch_threads: int | None = Field(None, ge=1, le=256, description="torch.set_num_threads for this run.")
-    checkpoint_path: str | None = Field(None, description="Settings calibrate/evaluate: the trained checkpoint directory.")
-    simulate_out: str | None = Field(None, description="Setting simulate: write the generated splits as EasyTPP JSON here.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the run's torch threads to this many "
+                                      "(never widens); None: the job's cpus_per_worker, set by the runner.")
+    checkpoint_path: str | None = Field(None, description="Settings calibrate/evaluate: the trained checkpoint directory, or a "
+                                        "run folder (its newest checkpoint); relative: from the working directory.")
+    simulate_out: str | None = Field(None, description="Setting simulate: write the generated splits as EasyTPP JSON here "
+                                     "(relative: inside the run folder).")
 
     @model_validator(mode="after")
     def _check(self):

@@ -21,6 +21,20 @@ class Padded:
     mask: torch.Tensor  # [S, L] bool
     window_gap: torch.Tensor  # [S] T - t_last (0 when the window ends at the last event)
     seqs: list  # the raw (times, marks) pairs
+    lengths: np.ndarray | None = None  # [S] events per sequence, on the host (batch trimming without a device read)
+
+    def __post_init__(self):
+        if self.lengths is None:
+            self.lengths = np.array([len(t) for t, _ in self.seqs], dtype=np.int64)
+
+    @property
+    def device(self) -> torch.device:
+        return self.marks.device
+
+    def to(self, device) -> "Padded":
+        """The padded tensors on `device` (moved once, at set-up); seqs and lengths stay on the host."""
+        return Padded(self.marks.to(device), self.gaps.to(device), self.mask.to(device), self.window_gap.to(device),
+                      self.seqs, self.lengths)
 
 
 @dataclass
@@ -37,11 +51,12 @@ class EventData:
 
 
 def pad(seqs, n_marks: int, window_end: list[float] | None = None) -> Padded:
+    """Padded host tensors (built on the CPU on purpose; build_data moves them to the run's device once)."""
     L = max(len(t) for t, _ in seqs)
-    marks = torch.full((len(seqs), L), n_marks, dtype=torch.long)
-    gaps = torch.zeros(len(seqs), L)
-    mask = torch.zeros(len(seqs), L, dtype=torch.bool)
-    wgap = torch.zeros(len(seqs))
+    marks = torch.full((len(seqs), L), n_marks, dtype=torch.long, device="cpu")
+    gaps = torch.zeros(len(seqs), L, device="cpu")
+    mask = torch.zeros(len(seqs), L, dtype=torch.bool, device="cpu")
+    wgap = torch.zeros(len(seqs), device="cpu")
     for i, (t, m) in enumerate(seqs):
         n = len(t)
         marks[i, :n] = torch.from_numpy(np.asarray(m, dtype=np.int64))
@@ -61,10 +76,15 @@ def load_splits(cfg) -> tuple[EventSplits, tuple | None]:
         return load_flights(seed=cfg.data_seed), None
     if cfg.dataset == "pizzaplace":
         return load_pizzaplace(), None
-    return load_sequence_files(cfg.data_path, seed=cfg.data_seed), None
+    from methodlab.core.paths import read_path
+
+    path = read_path(cfg.data_path, "data_path", "a directory with train/dev/test .json|.jsonl|.csv files, or one such file",
+                     "`methodlab run jobs/mtpp_threshold/simulate.yaml` writes one (results/mtpp_threshold-simulate/easytpp)")
+    return load_sequence_files(path, seed=cfg.data_seed), None
 
 
-def build_data(cfg) -> EventData:
+def build_data(cfg, device="cpu") -> EventData:
+    """The splits as padded tensors on `device` (the run's ctx.device), statistics and prior on the host."""
     splits, params = load_splits(cfg)
     M = len(splits.mark_names)
     tr, va, te = splits.train, splits.val, splits.test
@@ -89,20 +109,27 @@ def build_data(cfg) -> EventData:
     prior = mark_prior(tgt, M)
     k = cfg.rare_marks or (2 if M <= 5 else 5)
     rare = [int(i) for i in np.argsort(prior, kind="stable")[:min(k, M)]]
-    return EventData(pad(tr, M, tr_end), pad(va, M, va_end), pad(te, M, te_end), M, list(splits.mark_names),
-                     stats, prior, rare, params)
+    return EventData(pad(tr, M, tr_end).to(device), pad(va, M, va_end).to(device), pad(te, M, te_end).to(device), M,
+                     list(splits.mark_names), stats, prior, rare, params)
 
 
 def batches(n: int, batch_size: int, seed: int, epoch: int):
-    """Deterministic permutation per (seed, epoch): a resumed run sees the same batches."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    perm = torch.randperm(n, generator=g)
+    """Deterministic permutation per (seed, epoch): a resumed run sees the same batches. Drawn on the host on
+    purpose (the same batches on every device; `take` trims with host lengths and moves the indices)."""
+    g = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(n, generator=g, device="cpu")
     for k in range(math.ceil(n / batch_size)):
         yield perm[k * batch_size:(k + 1) * batch_size]
 
 
+def n_targets(p: Padded, idx) -> int:
+    """Prediction targets (events after the first) of rows idx, from the host lengths (no device read)."""
+    return int(np.maximum(p.lengths[np.asarray(idx)] - 1, 0).sum())
+
+
 def take(p: Padded, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows idx, trimmed to their longest sequence (less padding work)."""
-    mask = p.mask[idx]
-    L = int(mask.sum(1).max())
-    return p.marks[idx, :L], p.gaps[idx, :L], mask[:, :L], p.window_gap[idx]
+    """Rows idx (host indices), trimmed to their longest sequence (less padding work): the length comes from the
+    host copy, so a batch costs no device read."""
+    L = int(p.lengths[np.asarray(idx)].max())
+    idx = torch.as_tensor(idx, device="cpu").to(p.device, non_blocking=True)
+    return p.marks[idx, :L], p.gaps[idx, :L], p.mask[idx, :L], p.window_gap[idx]

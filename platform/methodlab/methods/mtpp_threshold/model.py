@@ -185,7 +185,8 @@ class LogNormMix(nn.Module):
         logw, mu, log_s = self.params(h)
         out = []
         for q in qs:
-            lo, hi = torch.full(mu.shape[:-1], -30.0), torch.full(mu.shape[:-1], 30.0)
+            lo = torch.full(mu.shape[:-1], -30.0, device=mu.device)
+            hi = torch.full(mu.shape[:-1], 30.0, device=mu.device)
             for _ in range(steps):
                 mid = (lo + hi) / 2
                 cdf = (logw.exp() * 0.5 * (1 + torch.erf((mid.unsqueeze(-1) - mu) / (log_s.exp() * math.sqrt(2))))).sum(-1)

@@ -64,21 +64,25 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, model, cfg: Config, meta: dict):
-        self.model, self.cfg, self.meta = model.eval(), cfg, meta
+    def __init__(self, model, cfg: Config, meta: dict, device=None):
+        self.device = torch.device(device if device is not None else "cpu")
+        self.model, self.cfg, self.meta = model.to(self.device).eval(), cfg, meta
         s = meta["stats"]
         self.stats = tpp.TimeStats(s["mean"], s["std"], s["log_mean"], s["log_std"])
         self.prior = np.asarray(meta["prior"])
         self.thresholds = np.asarray(meta["thresholds"] if meta.get("thresholds") is not None else np.zeros(len(self.prior)))
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The network on `device` (None: the CPU); each request's history is built there once."""
+        device = torch.device(device if device is not None else "cpu")
         ck = load_checkpoint(directory, method="mtpp_threshold")
         cfg = Config.model_validate(ck.config)
         meta = ck.extra("meta")
-        model = build_model(cfg, int(meta["n_marks"]))
+        with device:
+            model = build_model(cfg, int(meta["n_marks"]))
         model.load_state_dict(ck.weights)
-        return cls(model, cfg, meta)
+        return cls(model, cfg, meta, device)
 
     def input_model(self) -> type[BaseModel]:
         """This checkpoint's request: marks are its own 0..M-1; times any finite value (the history is sorted)."""
@@ -111,29 +115,31 @@ class Predictor:
     def _one(self, x: Input) -> Output:
         events = sorted(x.history, key=lambda e: e.time)  # a history is a set of events: time order, stable on ties
         t = np.array([e.time for e in events], dtype=np.float64)
-        marks = torch.tensor([[e.mark for e in events]], dtype=torch.long)
-        gaps = torch.zeros(1, len(t))
-        gaps[0, 1:] = torch.from_numpy(np.diff(t).astype(np.float32))
+        dev = self.device
+        marks = torch.tensor([[e.mark for e in events]], dtype=torch.long, device=dev)
+        g = np.zeros((1, len(t)), dtype=np.float32)
+        g[0, 1:] = np.diff(t).astype(np.float32)
+        gaps = torch.as_tensor(g, device=dev)
         h = tpp.history_states(self.model, marks, gaps, self.stats)[:, -1]  # state after the last event
         names = self.meta["mark_names"]
         if isinstance(self.model, LogNormMix):
             p = torch.softmax(self.model.mark_head(h), -1)[0]
         else:
             h = self.model.hist_proj(h)
-            p = self.model.mark_probs(h, self.stats.tau0)[0]
-        r = p.numpy() / self.prior
+            p = self.model.mark_probs(h, self.stats.tau0_like(h))[0]
+        r = p.cpu().numpy() / self.prior
         m = int(predict_marks(r[None], self.thresholds)[0])
-        gen = torch.Generator().manual_seed(self.cfg.seed)
+        gen = torch.Generator(device=dev).manual_seed(self.cfg.seed)
         if isinstance(self.model, LogNormMix):
             mean = float(self.model.expected_time(h, self.stats.log_mean, self.stats.log_std)[0])
             q = self.model.quantiles(h, QUANTILES, self.stats.log_mean, self.stats.log_std)[0].tolist()
             samples = None
         else:
-            u = torch.rand(1, x.n_time_samples, generator=gen)
+            u = torch.rand(1, x.n_time_samples, generator=gen, device=dev)
             mk = torch.full_like(u, m, dtype=torch.long)
             samples = tpp.invert_cdf(self.model, h, mk, u, self.stats, self.cfg.bisect_tol, self.cfg.bisect_max_steps)[0]
             mean = float(samples.clamp_min(0).mean())
-            uq = torch.tensor([QUANTILES])
+            uq = torch.tensor([QUANTILES], device=dev)
             q = tpp.invert_cdf(self.model, h, torch.full_like(uq, m, dtype=torch.long), uq, self.stats,
                                self.cfg.bisect_tol, self.cfg.bisect_max_steps)[0].clamp_min(0).tolist()
         mean = max(0.0, mean)

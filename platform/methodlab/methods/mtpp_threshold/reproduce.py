@@ -51,30 +51,27 @@ DIAG_MARK = "<!-- issue22: flights diagnosis -->"
 
 
 def _run(overrides: dict) -> dict:
-    """One training run in this (worker) process; returns its final metrics."""
-    import torch
-
+    """One training run in this (worker) process, one torch thread (the recipe; fit narrows to it); returns its
+    final metrics."""
     from methodlab.core import RunContext
     from methodlab.methods.mtpp_threshold.config import Config
     from methodlab.methods.mtpp_threshold.train import fit
 
-    torch.set_num_threads(1)
     t0 = time.time()
     ctx = RunContext(seed=overrides.get("seed", 0), quiet=True)
-    out = fit(Config.model_validate(overrides), ctx)
+    out = fit(Config.model_validate({"torch_threads": 1, **overrides}), ctx)
     curve = [{k: h[k] for k in ("epoch", "val/nll", "val/mark_nll", "val/macro_f1", "val/macro_f1_argmax",
                                 "train/negative_weight_share") if k in h} for h in ctx.history[:-1]]
     return {**out, "_seconds": time.time() - t0, "_curve": curve}
 
 
 def _ceiling(seed: int) -> dict:
-    import torch
-
+    from methodlab.core import RunContext
     from methodlab.methods.mtpp_threshold.ceiling import flights_ceiling
     from methodlab.methods.mtpp_threshold.config import Config
     from methodlab.methods.mtpp_threshold.data import build_data
 
-    torch.set_num_threads(1)
+    RunContext(quiet=True).limit_threads(1)  # the recipe: one torch thread per worker process, as before
     t0 = time.time()
     out = flights_ceiling(build_data(Config.model_validate({"dataset": "flights"})), seed=seed)
     return {**out, "_seconds": time.time() - t0}

@@ -25,8 +25,17 @@ class TimeStats:
         return (tau - self.mean) / self.std
 
     @property
+    def tau0_value(self) -> float:
+        return (0.0 - self.mean) / self.std
+
+    @property
     def tau0(self) -> torch.Tensor:
-        return torch.tensor((0.0 - self.mean) / self.std)
+        """Standardised tau = 0 as a host scalar tensor (tests, CPU callers); device code uses tau0_like."""
+        return torch.tensor(self.tau0_value, device="cpu")
+
+    def tau0_like(self, x: torch.Tensor) -> torch.Tensor:
+        """Standardised tau = 0, float32 on x's device (a fill, no host-to-device copy)."""
+        return torch.full((), self.tau0_value, dtype=torch.float32, device=x.device)
 
 
 def history_states(model, marks, gaps, stats: TimeStats):
@@ -48,16 +57,17 @@ def event_nll(model, marks, gaps, mask, stats: TimeStats, *, create_graph: bool,
     hist = model.hist_proj(h[:, :-1])
     with torch.enable_grad():
         tau = tau.detach().clone().requires_grad_(True)
-        gam = model.gamma_star(hist, stats.std_tau(tau).unsqueeze(-1), stats.tau0, marks=tgt_m.unsqueeze(-1)).squeeze(-1)
+        gam = model.gamma_star(hist, stats.std_tau(tau).unsqueeze(-1), stats.tau0_like(hist),
+                               marks=tgt_m.unsqueeze(-1)).squeeze(-1)
         # p*(m, tau) = -dGamma*(m, tau)/dtau; every entry depends on its own tau only, so one grad of the sum
         dens = -torch.autograd.grad(gam.sum(), tau, create_graph=create_graph)[0]
     nll = torch.where(tmask, -torch.log(dens.clamp_min(0.0) + eps), torch.zeros_like(dens))
     surv = None
     if window_gap is not None:
         last = mask.sum(1) - 1
-        h_last = h[torch.arange(len(last)), last]
+        h_last = h[torch.arange(len(last), device=last.device), last]
         g = model.gamma_star(model.hist_proj(h_last), stats.std_tau(window_gap).unsqueeze(-1).expand(-1, M),
-                             stats.tau0)
+                             stats.tau0_like(h_last))
         surv = -torch.log(g.sum(-1) + eps)
     return nll, surv
 
@@ -72,7 +82,7 @@ def mark_probs_and_states(model, marks, gaps, mask, stats: TimeStats):
         p = torch.softmax(model.mark_head(h), -1)
     else:
         h = model.hist_proj(h)
-        p = model.mark_probs(h, stats.tau0)
+        p = model.mark_probs(h, stats.tau0_like(h))
     return p, h, marks[:, 1:][tmask], gaps[:, 1:][tmask]
 
 
@@ -85,7 +95,7 @@ def invert_cdf(model, hist, marks, u, stats: TimeStats, tol: float = 1e-4, max_s
     def tail(x):
         return model.gamma_hat(hist.unsqueeze(1), x.unsqueeze(-1), marks.unsqueeze(-1), ginf).squeeze(-1)
 
-    lo = stats.tau0.expand_as(u).clone()
+    lo = stats.tau0_like(u).expand_as(u).clone()
     g0 = tail(lo).clamp_min(1e-12)
 
     def cdf(x):
@@ -115,11 +125,11 @@ def _chunks(n: int, size: int):
 def expected_time_given_mark(model, hist, mark, stats, n_samples, gen, tol=1e-4, max_steps=50, chunk=2048):
     """Monte-Carlo E[tau | m]: mean of S inverse-transform samples (u ~ U(0,1)) per event; hist [N, d_I], mark [N]."""
     out = []
-    for sl in _chunks(len(mark), chunk):
-        u = torch.rand(sl.stop - sl.start, n_samples, generator=gen)
+    for sl in _chunks(len(mark), chunk):  # u drawn on hist's device, by a generator on that device
+        u = torch.rand(sl.stop - sl.start, n_samples, generator=gen, device=hist.device)
         m = mark[sl].unsqueeze(1).expand(-1, n_samples)
         out.append(invert_cdf(model, hist[sl], m, u, stats, tol, max_steps).mean(1))
-    return torch.cat(out) if out else torch.zeros(0)
+    return torch.cat(out) if out else torch.zeros(0, device=hist.device)
 
 
 @torch.no_grad()
@@ -128,9 +138,9 @@ def expected_time_marginal(model, hist, p, stats, n_samples, gen, tol=1e-4, max_
     out = []
     for sl in _chunks(len(p), chunk):
         m = torch.multinomial(p[sl].clamp_min(0) + 1e-12, n_samples, replacement=True, generator=gen)
-        u = torch.rand(m.shape, generator=gen)
+        u = torch.rand(m.shape, generator=gen, device=hist.device)
         out.append(invert_cdf(model, hist[sl], m, u, stats, tol, max_steps).mean(1))
-    return torch.cat(out) if out else torch.zeros(0)
+    return torch.cat(out) if out else torch.zeros(0, device=hist.device)
 
 
 def mark_given_time(model, hist, tau, stats, chunk=4096):
@@ -139,9 +149,9 @@ def mark_given_time(model, hist, tau, stats, chunk=4096):
     for sl in _chunks(len(tau), chunk):
         with torch.enable_grad():
             t = tau[sl].detach().unsqueeze(-1).expand(-1, M).clone().requires_grad_(True)
-            marks = torch.arange(M).expand(t.shape[0], M)
-            gam = model.gamma_star(hist[sl].detach(), stats.std_tau(t), stats.tau0, marks=marks)
+            marks = torch.arange(M, device=t.device).expand(t.shape[0], M)
+            gam = model.gamma_star(hist[sl].detach(), stats.std_tau(t), stats.tau0_like(t), marks=marks)
             dens = -torch.autograd.grad(gam.sum(), t)[0]
         dens = dens.clamp_min(0) + 1e-30
         outs.append(dens / dens.sum(-1, keepdim=True))
-    return torch.cat(outs) if outs else torch.zeros(0, M)
+    return torch.cat(outs) if outs else torch.zeros(0, M, device=hist.device)

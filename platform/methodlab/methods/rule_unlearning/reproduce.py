@@ -17,20 +17,17 @@ DEV_SEEDS = (10, 11, 12)
 # Tiny-LM recipe (the jobs' presets): the spec's RS lr 1e-3 x 2 epochs with the [RECON] RS data mix (2 answered
 # boundary / retain-author questions per refusal, chosen on dev seeds 10-12); RL as the spec's tiny-LM setting.
 TINY = dict(rs_lr=1e-3, rs_epochs=2, rs_answer_mix="boundary_retain", rs_answer_ratio=2.0, rl_lr=3e-4, prompts_per_step=16,
-            rl_steps=80, log_every=40, checkpoint_every=1000, torch_threads=1)
+            rl_steps=80, log_every=40, checkpoint_every=1000, torch_threads=1)  # 1 thread per run (process pool)
 SHOWCASE_RUN = "rule-unlearning-smollm2-showcase"
 KEYS = ("eval/forget_acc", "eval/forget_refusal", "eval/forget_named", "eval/forget_quality", "eval/naturalness",
         "eval/neighbour_acc", "eval/neighbour_refusal", "eval/retain_acc", "eval/retain_refusal")
 
 
 def run_one(job: dict) -> dict:
-    import torch
-
     from methodlab.core import RunContext
     from methodlab.methods.rule_unlearning import train
     from methodlab.methods.rule_unlearning.config import Config
 
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
     ctx = RunContext(quiet=True)
     fn = {"rule": train.fit, "baseline": train.fit_baseline}[job["kind"]]
@@ -47,18 +44,17 @@ def run_one(job: dict) -> dict:
 
 
 def _pretrain() -> dict:
-    import torch
-
     from methodlab.core import RunContext
     from methodlab.methods.rule_unlearning import train
     from methodlab.methods.rule_unlearning.config import Config
     from methodlab.methods.rule_unlearning.data import build_splits
 
-    torch.set_num_threads(1)
     cfg = Config(**TINY)
+    ctx = RunContext(quiet=True)
+    ctx.limit_threads(cfg.torch_threads)  # one thread, as every run of the reproduction (TINY's torch_threads=1)
     sp = build_splits(cfg)
     t0 = time.perf_counter()
-    base, info = train.base_model(cfg, sp, RunContext(quiet=True))
+    base, info = train.base_model(cfg, sp, ctx)
     bev = train.base_eval(cfg, sp, base)
     return {**info, **bev, "load_s": time.perf_counter() - t0}
 

@@ -20,8 +20,8 @@ from methodlab.methods.rule_unlearning import grpo
 from methodlab.methods.rule_unlearning.config import Config
 from methodlab.methods.rule_unlearning.data import Splits, build_splits, pretrain_pairs, rs_examples
 from methodlab.methods.rule_unlearning.evaluate import complete, evaluate
-from methodlab.methods.rule_unlearning.model import (build_model, lm_loss, load_weights, n_params, pack, token_logprobs,
-                                                     weights)
+from methodlab.methods.rule_unlearning.model import (build_model, device_of, lm_loss, load_weights, n_params, pack,
+                                                     token_logprobs, weights)
 from methodlab.methods.rule_unlearning.rewards import reward
 
 SLUG = "rule_unlearning"
@@ -29,16 +29,18 @@ CORPUS_VERSION = "1"
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _threads(cfg: Config) -> None:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+def _new_model(cfg: Config, tok, ctx: RunContext) -> torch.nn.Module:
+    """A fresh model (tiny GPT or SmolLM2) with its parameters on ctx.device."""
+    with ctx.init_module():
+        return build_model(cfg, len(tok), tok.pad, device=ctx.device)
 
 
-def _batch(tok, pairs: list[tuple[str, str]], loss_on: str = "response"):
-    """ids, target mask (response tokens + <eos>, or every token after <bos>)."""
+def _batch(tok, pairs: list[tuple[str, str]], loss_on: str = "response", device=None):
+    """ids, target mask (response tokens + <eos>, or every token after <bos>), packed on the host and moved to
+    `device` once."""
     prompts = [tok.prompt_ids(p) for p, _ in pairs]
     resps = [tok.encode(r) + [tok.eos] for _, r in pairs]
-    ids, mask, P = pack(prompts, resps, tok.pad)
+    ids, mask, P = pack(prompts, resps, tok.pad, device)
     if loss_on == "all":
         mask = (ids != tok.pad) & (ids != tok.bos)
     return ids, mask
@@ -57,9 +59,10 @@ def teacher_forced_em(model, tok, pairs, batch: int = 64) -> float:
     was = model.training
     model.eval()
     hits = 0
+    dev = device_of(model)
     with torch.no_grad():
         for s in range(0, len(pairs), batch):
-            ids, mask = _batch(tok, pairs[s:s + batch])
+            ids, mask = _batch(tok, pairs[s:s + batch], device=dev)
             pred = model(ids)[:, :-1].argmax(-1)
             ok = (pred == ids[:, 1:]) | ~mask[:, 1:]
             hits += int(ok.all(1).sum())
@@ -73,28 +76,30 @@ def sft(model, tok, pairs, *, lr: float, epochs: int, batch: int, seed: int, ctx
     """Plain SFT (cross-entropy on response tokens), AdamW, warm-up + cosine; data parallel over ranks (each rank
     its shard of the same global batch). `stop(model) -> bool` checked every eval_every epochs."""
     net = ctx.prepare_model(model)
+    model = ctx.unwrap(net)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
     per_epoch = math.ceil(len(pairs) / batch)
-    total, step, t0, epoch, last = epochs * per_epoch, 0, time.perf_counter(), 0, float("nan")
+    total, step, t0, epoch, last = epochs * per_epoch, 0, time.perf_counter(), 0, None
     stop_checked = False  # whether `stop` saw the final weights (no training after its last call)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device="cpu").manual_seed(seed)  # the data order: host-side index lists
     model.train()
     for epoch in range(1, epochs + 1):
-        perm = torch.randperm(len(pairs), generator=g).tolist()
+        perm = torch.randperm(len(pairs), generator=g, device="cpu").tolist()
         for k in range(per_epoch):
             idx = perm[k * batch:(k + 1) * batch][ctx.rank::ctx.world_size]
             if not idx:
                 continue
-            ids, mask = _batch(tok, [pairs[i] for i in idx], loss_on)
+            ids, mask = _batch(tok, [pairs[i] for i in idx], loss_on, ctx.device)
             for group in opt.param_groups:
                 group["lr"] = _lr(step, total, lr, warmup)
-            loss = lm_loss(net, ids, mask)
+            with ctx.autocast():
+                loss = lm_loss(net, ids, mask)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            ctx.backward(loss)
+            ctx.clip_grad_norm_(model.parameters(), 1.0, opt)
+            ctx.optimizer_step(opt)
             step += 1
-            last = float(loss.detach())
+            last = loss.detach()  # read once, at the end
             if max_s is not None and time.perf_counter() - t0 > max_s:
                 break
         stop_checked = False
@@ -104,7 +109,8 @@ def sft(model, tok, pairs, *, lr: float, epochs: int, batch: int, seed: int, ctx
                 break
         if max_s is not None and time.perf_counter() - t0 > max_s:
             break
-    return {"epochs": epoch, "steps": step, "seconds": time.perf_counter() - t0, "loss": last, "stop_checked": stop_checked}
+    return {"epochs": epoch, "steps": step, "seconds": time.perf_counter() - t0,
+            "loss": float(last) if last is not None else float("nan"), "stop_checked": stop_checked}
 
 
 # ------------------------------------------------------------------------------------------ stage 0
@@ -126,7 +132,7 @@ def pretrain_key(cfg: Config) -> str:
 
 def pretrain(cfg: Config, sp: Splits, ctx: RunContext) -> tuple[torch.nn.Module, dict]:
     torch.manual_seed(cfg.pretrain_seed)
-    model = build_model(cfg, len(sp.tok), sp.tok.pad)
+    model = _new_model(cfg, sp.tok, ctx)
     pairs = pretrain_pairs(sp.corpus)
     facts = [(q.prompt, q.answer) for q in sp.corpus.qa]
     em = {"v": 0.0}
@@ -151,7 +157,7 @@ def base_model(cfg: Config, sp: Splits, ctx: RunContext) -> tuple[torch.nn.Modul
     d = cache_dir(cfg) / pretrain_key(cfg)
     if cfg.pretrain_cache and (d / "manifest.json").exists():
         ck = load_checkpoint(d, method=SLUG)
-        model = build_model(cfg, len(sp.tok), sp.tok.pad)
+        model = _new_model(cfg, sp.tok, ctx)
         load_weights(model, ck.weights)
         return model.eval(), {**ck.state.get("pretrain", {}), "pretrain/cached": 1.0}
     model, info = pretrain(cfg, sp, ctx)
@@ -201,30 +207,36 @@ def rl_prompts(cfg: Config, sp: Splits, base) -> list[dict]:
 
 def sample_prompts(cfg: Config, records: list[dict], step: int, rank: int, world: int) -> list[dict]:
     """prompts_per_step records (forget_share of them forget prompts, drawn with replacement), this rank's share."""
-    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    g = torch.Generator(device="cpu").manual_seed(cfg.seed * 1_000_003 + step)  # a host-side choice of records
     f = [r for r in records if r["kind"] == "reject"]
     b = [r for r in records if r["kind"] == "normal"]
     n_f = min(cfg.prompts_per_step, max(1, round(cfg.forget_share * cfg.prompts_per_step))) if b else cfg.prompts_per_step
-    pick = [f[i] for i in torch.randint(len(f), (n_f,), generator=g).tolist()]
+    pick = [f[i] for i in torch.randint(len(f), (n_f,), generator=g, device="cpu").tolist()]
     if b and cfg.prompts_per_step - n_f > 0:
-        pick += [b[i] for i in torch.randint(len(b), (cfg.prompts_per_step - n_f,), generator=g).tolist()]
+        pick += [b[i] for i in torch.randint(len(b), (cfg.prompts_per_step - n_f,), generator=g, device="cpu").tolist()]
     return pick[rank::world]
 
 
-def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: torch.Generator) -> dict:
+def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: torch.Generator,
+            ctx: RunContext) -> dict:
     """One ReBO step: n rollouts per prompt (groups kept together), verifiable rewards, advantages, PPO update(s)
-    with the k3 KL to the reference (GRPO) or a KL-shaped reward with batch normalisation (REINFORCE++)."""
+    with the k3 KL to the reference (GRPO) or a KL-shaped reward with batch normalisation (REINFORCE++).
+    Rollouts, log-probs and the update run on the policy's device (`gen` lives there); the rewards are Python
+    string checks on the decoded completions (one read back per step). Returned stats are tensors or floats,
+    read when reported."""
     from methodlab.methods.rule_unlearning.model import generate
 
     n = cfg.group_size
     prompt_ids = [tok.prompt_ids(p["prompt"]) for p in prompts for _ in range(n)]
     ids, mask, P = generate(policy, prompt_ids, cfg.max_new_tokens, tok.eos, tok.pad, cfg.temperature, gen)
-    texts = [tok.decode(row[P:]) for row in ids]
+    texts = [tok.decode(row) for row in ids[:, P:].tolist()]
     recs = [p for p in prompts for _ in range(n)]
     kw = dict(variant=cfg.reward_variant, rouge_threshold=cfg.rouge_threshold, require_no_answer=cfg.require_no_answer,
               leak_threshold=cfg.answer_rouge, patterns=tuple(cfg.refusal_patterns))
-    R = torch.tensor([reward(r["kind"], t, answer=r["answer"], target=r["target"], **kw) for r, t in zip(recs, texts)])
-    with torch.no_grad():
+    R_host = torch.tensor([reward(r["kind"], t, answer=r["answer"], target=r["target"], **kw) for r, t in zip(recs, texts)],
+                          device="cpu")  # rewards come from host strings: their statistics are read here, no sync
+    R = R_host.to(ids.device)
+    with torch.no_grad(), ctx.autocast():
         old = token_logprobs(policy, ids)
         ref_lp = token_logprobs(ref, ids)
     fmask = mask.float()
@@ -236,24 +248,25 @@ def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: t
     policy.train()
     stats = {}
     for _ in range(cfg.ppo_epochs):
-        logp = token_logprobs(net, ids)
+        with ctx.autocast():
+            logp = token_logprobs(net, ids)  # float32 (token_logprobs upcasts the logits)
         pl, info = grpo.policy_loss(logp, old, adv, fmask, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
         kl = grpo.masked_mean(grpo.k3(logp, ref_lp), fmask)
         loss = pl + cfg.kl_coef * kl if cfg.rl_algo == "grpo" else pl
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-        opt.step()
-        stats = {"rl/loss": float(loss.detach()), "rl/kl": float(kl.detach()), "rl/clip_frac": info["clip_frac"], "rl/grad_norm": float(gn)}
+        ctx.backward(loss)
+        gn = ctx.clip_grad_norm_(policy.parameters(), cfg.grad_clip, opt)
+        ctx.optimizer_step(opt)
+        stats = {"rl/loss": loss.detach(), "rl/kl": kl.detach(), "rl/clip_frac": info["clip_frac"], "rl/grad_norm": gn.detach()}
     policy.eval()
-    is_f = torch.tensor([r["kind"] == "reject" for r in recs])
+    is_f = torch.tensor([r["kind"] == "reject" for r in recs], device="cpu")
     adv_g = adv.view(-1, n)
-    return {**stats, "rl/reward": float(R.mean()),
-            "rl/reward_forget": float(R[is_f].mean()) if is_f.any() else float("nan"),
-            "rl/reward_boundary": float(R[~is_f].mean()) if (~is_f).any() else float("nan"),
-            "rl/informative_groups": grpo.informative_groups(R, n),
-            "rl/adv_group_mean_abs": float(adv_g.mean(1).abs().max()) if cfg.rl_algo == "grpo" else float("nan"),
-            "rl/response_tokens": float(fmask.sum(1).mean())}
+    return {**stats, "rl/reward": float(R_host.mean()),
+            "rl/reward_forget": float(R_host[is_f].mean()) if is_f.any() else float("nan"),
+            "rl/reward_boundary": float(R_host[~is_f].mean()) if (~is_f).any() else float("nan"),
+            "rl/informative_groups": grpo.informative_groups(R_host, n),
+            "rl/adv_group_mean_abs": adv_g.mean(1).abs().max().detach() if cfg.rl_algo == "grpo" else float("nan"),
+            "rl/response_tokens": fmask.sum(1).mean()}
 
 
 def _writer(cfg, policy, ref, opt, step, ctx, extras, label="rule"):
@@ -268,15 +281,15 @@ def _writer(cfg, policy, ref, opt, step, ctx, extras, label="rule"):
     return write
 
 
-def _load_policy(path: str | Path, cfg: Config, tok) -> tuple[torch.nn.Module, dict]:
+def _load_policy(path: str | Path, cfg: Config, tok, ctx: RunContext) -> tuple[torch.nn.Module, dict]:
     ck = load_checkpoint(path, method=SLUG)
-    model = build_model(cfg, len(tok), tok.pad)
+    model = _new_model(cfg, tok, ctx)
     load_weights(model, {k: v for k, v in ck.weights.items() if not k.startswith("ref.")})
     return model.eval(), ck.state
 
 
 def _prelude(cfg: Config, ctx: RunContext):
-    _threads(cfg)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     sp = build_splits(cfg)
     if cfg.backbone == "smollm2":  # optional showcase: same corpus and splits, SmolLM2's own tokenizer
@@ -296,8 +309,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     step = 0
     if ctx.checkpoint is not None:
         ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
-        policy = build_model(cfg, len(sp.tok), sp.tok.pad)
-        ref = build_model(cfg, len(sp.tok), sp.tok.pad)
+        policy = _new_model(cfg, sp.tok, ctx)
+        ref = _new_model(cfg, sp.tok, ctx)
         load_weights(policy, {k: v for k, v in ck.weights.items() if not k.startswith("ref.")})
         load_weights(ref, {k[4:]: v for k, v in ck.weights.items() if k.startswith("ref.")})
         step = int(ck.state["step"])
@@ -306,7 +319,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         bev = dict(ck.extras.get("base_eval", {}))
     else:
         if cfg.init_checkpoint:
-            ref, _ = _load_policy(cfg.init_checkpoint, cfg, sp.tok)
+            ref, _ = _load_policy(cfg.init_checkpoint, cfg, sp.tok, ctx)
             rinfo = {"rs/from": 1.0}
         else:
             ref, rinfo = rejection_steering(cfg, sp, base, ctx)
@@ -316,12 +329,13 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         p.requires_grad_(False)
     ref.eval()
     extras.update(rs=rinfo, base_eval=bev)
+    policy = policy.to(ctx.device)  # on its device before the optimiser (restored state follows the parameters)
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.rl_lr, weight_decay=cfg.weight_decay)
     if ctx.checkpoint is not None and ck.torch_state:
         opt.load_state_dict(ck.torch_state["optimizer"])
     net = ctx.prepare_model(policy)
     records = rl_prompts(cfg, sp, base)
-    gen = torch.Generator().manual_seed(cfg.seed * 7919 + ctx.rank + 1)
+    gen = torch.Generator(device=ctx.device).manual_seed(cfg.seed * 7919 + ctx.rank + 1)  # rollout sampling
     if ctx.checkpoint is not None:
         gen.manual_seed(cfg.seed * 7919 + ctx.rank + 1 + 104729 * step)
     if step == 0:
@@ -332,7 +346,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     while step < cfg.rl_steps:
         ts = time.perf_counter()
         prompts = sample_prompts(cfg, records, step, ctx.rank, ctx.world_size)
-        stats = rl_step(cfg, sp.tok, policy, net, ref, opt, prompts, gen)
+        stats = rl_step(cfg, sp.tok, policy, net, ref, opt, prompts, gen, ctx)
         if step == 0:
             first_kl = stats["rl/kl"]  # the first update's KL: 0, the policy starts as the reference
         stats["rl/kl_first_update"] = first_kl
@@ -371,7 +385,7 @@ def fit_rs(cfg: Config, ctx: RunContext) -> dict:
 def fit_eval(cfg: Config, ctx: RunContext) -> dict:
     """Evaluate `init_checkpoint` (or the base when None) on forget / neighbour / retain."""
     sp, base, pinfo, extras = _prelude(cfg, ctx)
-    model = _load_policy(cfg.init_checkpoint, cfg, sp.tok)[0] if cfg.init_checkpoint else base
+    model = _load_policy(cfg.init_checkpoint, cfg, sp.tok, ctx)[0] if cfg.init_checkpoint else base
     m = {"step": 0, **evaluate(model, sp, cfg), **base_eval(cfg, sp, base)}
     ctx.report(m, checkpoint=_writer(cfg, model, None, None, 0, ctx, extras, "eval"))
     return ctx.history[-1]
@@ -390,22 +404,23 @@ def fit_baseline(cfg: Config, ctx: RunContext) -> dict:
         net = ctx.prepare_model(model)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.baseline_lr, weight_decay=0.0)
         pairs = [(q.prompt, q.answer) for q in sp.forget_train]
-        g = torch.Generator().manual_seed(cfg.seed)
-        t0, steps, loss = time.perf_counter(), 0, torch.tensor(0.0)
+        g = torch.Generator(device="cpu").manual_seed(cfg.seed)  # host-side batch indices
+        t0, steps, loss = time.perf_counter(), 0, torch.tensor(0.0, device=ctx.device)
         while steps < cfg.baseline_steps and time.perf_counter() - t0 < cfg.baseline_max_s:
-            idx = torch.randint(len(pairs), (cfg.baseline_batch,), generator=g).tolist()[ctx.rank::ctx.world_size]
-            ids, mask = _batch(sp.tok, [pairs[i] for i in idx])
-            if cfg.baseline == "ga":
-                loss = -lm_loss(net, ids, mask)
-            else:
-                lp = (token_logprobs(net, ids) * mask).sum(1)
-                with torch.no_grad():
-                    lr_ = (token_logprobs(ref, ids) * mask).sum(1)
-                loss = -(2.0 / cfg.npo_beta) * torch.nn.functional.logsigmoid(-cfg.npo_beta * (lp - lr_)).mean()
+            idx = torch.randint(len(pairs), (cfg.baseline_batch,), generator=g, device="cpu").tolist()[ctx.rank::ctx.world_size]
+            ids, mask = _batch(sp.tok, [pairs[i] for i in idx], device=ctx.device)
+            with ctx.autocast():
+                if cfg.baseline == "ga":
+                    loss = -lm_loss(net, ids, mask)
+                else:
+                    lp = (token_logprobs(net, ids) * mask).sum(1)
+                    with torch.no_grad():
+                        lr_ = (token_logprobs(ref, ids) * mask).sum(1)
+                    loss = -(2.0 / cfg.npo_beta) * torch.nn.functional.logsigmoid(-cfg.npo_beta * (lp - lr_)).mean()
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            ctx.backward(loss)
+            ctx.clip_grad_norm_(model.parameters(), 1.0, opt)
+            ctx.optimizer_step(opt)
             steps += 1
         info = {"baseline/seconds": time.perf_counter() - t0, "baseline/loss": float(loss.detach())}
         model.eval()

@@ -18,4 +18,9 @@ SPEC = MethodSpec(
               "uncertainty_sweep": f"{_PKG}.train:fit_uncertainty_sweep",
               "audit": f"{_PKG}.train:fit_audit"},
     family="causal",
+    cpu_only="numpy / scipy by nature: SLSQP designs, closed-form best responses and Monte Carlo on small "
+             "d x d matrices, with no torch network to put on a GPU",
+    precisions=("fp32",),
+    precision_note="no torch network: the maths is numpy float64, so autocast has nothing to act on",
+    no_compile="no torch module to compile (numpy / scipy)",
 )

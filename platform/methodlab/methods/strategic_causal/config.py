@@ -17,6 +17,7 @@ DEFAULT_SIGMA_GRID = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/accuracy"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/accuracy", "eval/q", "baseline_lr/accuracy", "eval/accuracy_loss_vs_lr")
     smoke: ClassVar[dict] = {"n": 1000, "with_l1": True}
 
     seed: int = Field(0, description="Seed of the data sample (numpy default_rng), restarts and Monte Carlo.")

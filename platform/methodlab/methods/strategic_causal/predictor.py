@@ -81,9 +81,12 @@ class Predictor:
         self.p, self.budget = float(rec["cost_p"]), float(rec["budget"])
         self.w, self.b, self.C = w, b, C
         self._input_model = None
+        self.device = "cpu"  # numpy: answers on the host
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """`device` is taken for the common predictor interface; this predictor is numpy (SPEC.cpu_only) and
+        answers on the host whatever device a deployment has."""
         ck = load_checkpoint(directory, method=SLUG)
         cfg = Config.model_validate(ck.config)
         rec = ck.extra("model")

@@ -86,8 +86,9 @@ def writer(cfg: Config, prob: Problem, des: Design, metrics: dict, step: int, fi
     def write(d: Path) -> None:
         import torch
 
-        weights = {"w": torch.tensor(des.w, dtype=torch.float64), "b": torch.tensor([des.b], dtype=torch.float64),
-                   "C": torch.tensor(prob.C, dtype=torch.float64), "B": torch.tensor(prob.B, dtype=torch.float64)}
+        host = {"dtype": torch.float64, "device": "cpu"}  # numpy method: checkpoint tensors are host data
+        weights = {"w": torch.tensor(des.w, **host), "b": torch.tensor([des.b], **host),
+                   "C": torch.tensor(prob.C, **host), "B": torch.tensor(prob.B, **host)}
         save_checkpoint(d, method=SLUG, config=cfg, weights=weights,
                         state={"step": step, "final": final, "metrics": metrics, **(extra_state or {})},
                         extras={"model": model_record(cfg, prob, des)})

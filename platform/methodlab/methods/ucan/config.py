@@ -19,15 +19,18 @@ MeshName = Literal["bunny", "fandisk", "kitten"]
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "val/p2s"
     mode: ClassVar[Literal["max", "min"]] = "min"
+    key_metrics: ClassVar[tuple[str, ...]] = ("val/p2s", "val/cd", "train/loss")
     # spec smoke: one sphere, 256 points, 20 steps (CPU widths, k 16)
     smoke: ClassVar[dict] = {"families": ["sphere"], "n_train_per_family": 1, "n_points": 256, "observations": 2,
                              "max_steps": 20, "k": 16, "enc_widths": [32, 64, 128], "head_widths": [64, 32],
                              "patch_points": 128, "patch_pairs": 1, "eval_every": 20, "checkpoint_every": 20,
                              "eval_sets": ["val"], "eval_patch_size": 256}
     resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"eval_every"}
+    write_paths: ClassVar[tuple[str, ...]] = ("output_path",)  # written by a run: relative = inside its run folder
 
     seed: int = Field(0, description="Seed of the network initialisation and the patch sampler (data use data_seed).")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads (the job's "
+                                      "cpus_per_worker) for this run (ctx.limit_threads); None: the runner's count.")
 
     # --- data ------------------------------------------------------------------------------------
     data: Literal["analytic", "punet"] = Field("analytic", description="analytic: procedural shapes with exact P2S; punet: a user's PUNet/ScoreDenoise files under punet_root.")
@@ -70,7 +73,8 @@ class Config(MethodConfig):
     # --- inference jobs (denoise / upsample / eval) ------------------------------------------------
     checkpoint_path: str | None = Field(None, description="denoise/upsample/eval: a trained ucan checkpoint directory, or a run folder (its newest checkpoint).")
     input_path: str | None = Field(None, description="denoise/upsample: point cloud file (.xyz/.txt/.off/.ply/.npy).")
-    output_path: str | None = Field(None, description="denoise/upsample: where to write the result (.xyz/.ply/.npy; default <input>_ucan.xyz).")
+    output_path: str | None = Field(None, description="denoise/upsample/image_denoise: where to write the result (.xyz/.ply/.npy, "
+                                    ".png); relative: inside the run folder; default <run folder>/<input stem>_ucan.xyz.")
     infer_steps: int | None = Field(None, ge=1, le=5, description="Steps at inference (default: the checkpoint's S).")
     upsample_ratio: int = Field(4, ge=2, le=32, description="upsample: copies per input point before denoising.")
     upsample_jitter: float = Field(0.01, ge=0.0, le=0.2, description="upsample: Gaussian jitter of the copies (fraction of the unit bounding radius).")

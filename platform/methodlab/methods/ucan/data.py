@@ -53,11 +53,18 @@ def build_data(cfg) -> PCData:
     return PCData(scans, [s.name for s in train], {s: analytic_eval_set(cfg, s) for s in cfg.eval_sets})
 
 
+def _punet_root(cfg):
+    """punet_root as an existing folder, or one line naming the field (a read path: may be anywhere)."""
+    from methodlab.core.paths import read_path
+
+    return read_path(cfg.punet_root, "punet_root", "a PUNet/ScoreDenoise folder (pointclouds/{train,test}/<res>_poisson/)")
+
+
 def build_punet(cfg) -> PCData:
     """PUNet train split: K noisy scans per mesh (fresh area-weighted samples when the mesh is there, else random
     subsets of the clean Poisson cloud), normalised to the unit bounding sphere; val = the test split's clouds."""
     scans, names = [], []
-    for i, (name, cloud, mesh) in enumerate(meshes.punet_files(cfg.punet_root, "train", cfg.punet_resolution)):
+    for i, (name, cloud, mesh) in enumerate(meshes.punet_files(_punet_root(cfg), "train", cfg.punet_resolution)):
         rng = np.random.default_rng([cfg.data_seed, 11, i])
         pts = meshes.load_points(cloud)
         pts, centre, radius = meshes.normalise(pts)
@@ -76,7 +83,7 @@ def build_punet(cfg) -> PCData:
 
 def punet_eval_set(cfg, noise: float) -> list[EvalItem]:
     out = []
-    for i, (name, cloud, mesh) in enumerate(meshes.punet_files(cfg.punet_root, "test", cfg.punet_resolution)):
+    for i, (name, cloud, mesh) in enumerate(meshes.punet_files(_punet_root(cfg), "test", cfg.punet_resolution)):
         rng = np.random.default_rng([cfg.data_seed, 19, i, int(round(noise * 1e4))])
         pts = meshes.load_points(cloud)
         clean, centre, radius = meshes.normalise(pts)

@@ -14,6 +14,7 @@ import torch
 from methodlab.core import ConfigError, RunContext, load_checkpoint, save_checkpoint
 from methodlab.core.checkpoint import latest_checkpoint
 from methodlab.core.errors import MissingSourceError
+from methodlab.core.paths import read_path
 from methodlab.methods.ucan.config import Config
 from methodlab.methods.ucan.evaluate import evaluate
 from methodlab.methods.ucan.model import build_net, denoise_cloud, fit_zsn2n, knn_mean_smoothing, psnr
@@ -21,9 +22,11 @@ from methodlab.methods.ucan.model import build_net, denoise_cloud, fit_zsn2n, kn
 SLUG = "ucan"
 
 
-def load_model(path: str | Path):
-    """A ucan point-cloud checkpoint dir (or a run folder: its newest checkpoint) -> (net in eval mode, Config)."""
-    p = Path(path).expanduser()
+def load_model(path: str | Path, device=None):
+    """A ucan point-cloud checkpoint dir (or a run folder: its newest checkpoint) -> (net in eval mode on `device`
+    (None: CPU), Config)."""
+    p = read_path(path, "checkpoint_path", "a ucan checkpoint directory or a run folder",
+                  "train one with `methodlab run jobs/ucan/train_analytic.yaml --local` first")
     if not (p / "config.json").exists():
         found = latest_checkpoint(p)
         if found is None:
@@ -34,7 +37,8 @@ def load_model(path: str | Path):
     if ck.state.get("task", "pointcloud") != "pointcloud":
         raise ConfigError(f"{p} is a {ck.state.get('task')} checkpoint, not a point-cloud model", field="checkpoint_path")
     cfg = Config.model_validate(ck.config)
-    net = build_net(cfg)
+    with torch.device(device if device is not None else "cpu"):
+        net = build_net(cfg)
     net.load_state_dict(ck.weights)
     return net.eval(), cfg
 
@@ -46,24 +50,32 @@ def _need(cfg: Config, name: str) -> str:
     return value
 
 
-def _out_path(cfg: Config, suffix: str) -> Path:
+def _out_path(cfg: Config, suffix: str, ctx: RunContext) -> Path:
+    """Where a result goes: output_path (relative: inside the run folder), else <run folder>/<input stem>_<suffix>.xyz."""
     if cfg.output_path:
-        return Path(cfg.output_path)
-    src = Path(cfg.input_path)
-    return src.with_name(f"{src.stem}_{suffix}.xyz")
+        return ctx.write_path(cfg.output_path)
+    return ctx.write_path(f"{Path(cfg.input_path).stem}_{suffix}.xyz")
+
+
+def _input_points(cfg: Config):
+    from methodlab.data.ucan_meshes import load_points
+
+    return load_points(read_path(cfg.input_path, "input_path", "a point cloud file (.xyz/.txt/.off/.ply/.npy)"))
 
 
 def fit_denoise(cfg: Config, ctx: RunContext) -> dict:
-    """One cloud file of any size in, the denoised cloud out (same order and scale)."""
-    from methodlab.data.ucan_meshes import load_points, save_points
+    """One cloud file of any size in, the denoised cloud out (same order and scale; written by rank 0)."""
+    from methodlab.data.ucan_meshes import save_points
 
-    torch.set_num_threads(cfg.torch_threads or 1)
-    net, tcfg = load_model(_need(cfg, "checkpoint_path"))
-    pts = load_points(_need(cfg, "input_path"))
+    ctx.limit_threads(cfg.torch_threads)
+    pts = _input_points(cfg)
+    net, tcfg = load_model(_need(cfg, "checkpoint_path"), ctx.device)
     steps = min(cfg.infer_steps or tcfg.steps, tcfg.steps)
     t0 = time.perf_counter()
     out = denoise_cloud(net, pts, steps, cfg.eval_patch_size)
-    path = save_points(_out_path(cfg, "ucan"), out)
+    path = _out_path(cfg, "ucan", ctx)
+    if ctx.is_main:  # one writer
+        save_points(path, out)
     metrics = {"step": 0, "denoise/n_points": len(pts), "denoise/displacement_mean": float(np.linalg.norm(out - pts, axis=1).mean()),
                "denoise/seconds": time.perf_counter() - t0, "denoise/output": str(path)}
     ctx.report(metrics)
@@ -83,14 +95,16 @@ def upsample(net, points: np.ndarray, steps: int, ratio: int, jitter: float, pat
 
 
 def fit_upsample(cfg: Config, ctx: RunContext) -> dict:
-    from methodlab.data.ucan_meshes import load_points, save_points
+    from methodlab.data.ucan_meshes import save_points
 
-    torch.set_num_threads(cfg.torch_threads or 1)
-    net, tcfg = load_model(_need(cfg, "checkpoint_path"))
-    pts = load_points(_need(cfg, "input_path"))
+    ctx.limit_threads(cfg.torch_threads)
+    pts = _input_points(cfg)
+    net, tcfg = load_model(_need(cfg, "checkpoint_path"), ctx.device)
     out = upsample(net, pts, min(cfg.infer_steps or tcfg.steps, tcfg.steps), cfg.upsample_ratio, cfg.upsample_jitter,
                    cfg.eval_patch_size, np.random.default_rng(cfg.seed))
-    path = save_points(_out_path(cfg, f"x{cfg.upsample_ratio}"), out)
+    path = _out_path(cfg, f"x{cfg.upsample_ratio}", ctx)
+    if ctx.is_main:  # one writer
+        save_points(path, out)
     metrics = {"step": 0, "upsample/n_in": len(pts), "upsample/n_out": len(out), "upsample/output": str(path)}
     ctx.report(metrics)
     return metrics
@@ -133,7 +147,7 @@ def png_b64(img: np.ndarray) -> str:
 def image_task(cfg: Config):
     """(noisy, clean or None): a user's noisy image, or the camera crop plus Gaussian noise (data seed)."""
     if cfg.image_path:
-        img = even(read_image(cfg.image_path))
+        img = even(read_image(read_path(cfg.image_path, "image_path", "an image file (PNG/JPEG)")))
         if cfg.image_crop:
             h, w = img.shape[:2]
             c = min(cfg.image_crop, h, w) // 2 * 2
@@ -146,41 +160,44 @@ def image_task(cfg: Config):
 
 def fit_image(cfg: Config, ctx: RunContext) -> dict:
     """Zero-shot: fit the tiny CNN on the one noisy image; report PSNR when the clean image is known; write a
-    config-only checkpoint (what serve/ucan_image.yaml serves: the settings of the per-request fit)."""
-    torch.set_num_threads(cfg.torch_threads or 1)
+    config-only checkpoint (what serve/ucan_image.yaml serves: the settings of the per-request fit). The fit runs
+    on ctx.device with the run's precision; only rank 0 writes output_path."""
+    ctx.limit_threads(cfg.torch_threads)
     noisy, clean = image_task(cfg)
     t0 = time.perf_counter()
     reports = []
     log_every = max(1, cfg.image_iters // 10)
     out, info = fit_zsn2n(noisy, cfg.image_iters, cfg.consistency, cfg.image_lr, cfg.image_decay_every,
-                          cfg.image_channels, cfg.image_lambda_dc, cfg.seed, clean, log_every, reports.append)
+                          cfg.image_channels, cfg.image_lambda_dc, cfg.seed, clean, log_every, reports.append, ctx=ctx)
     metrics = {"step": cfg.image_iters, "image/final_loss": info["loss"], "image/seconds": time.perf_counter() - t0}
     if clean is not None:
         metrics["image/psnr"] = psnr(out, clean)
         metrics["image/psnr_noisy"] = psnr(noisy, clean)
     for r in reports[:-1]:
         ctx.report({"step": r["iter"], "image/loss": r["loss"], **({"image/psnr": r["psnr"]} if "psnr" in r else {})})
-    if cfg.output_path:
+    if cfg.output_path and ctx.is_main:
         from PIL import Image
 
-        Path(cfg.output_path).parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.clip(np.round(out * 255), 0, 255).astype(np.uint8)).save(cfg.output_path)
+        path = ctx.write_path(cfg.output_path)  # relative: inside the run folder
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.clip(np.round(out * 255), 0, 255).astype(np.uint8)).save(path)
 
     def write(d: Path) -> None:
-        save_checkpoint(d, method=SLUG, config=cfg, weights={"image_config_only": torch.zeros(1)},
+        save_checkpoint(d, method=SLUG, config=cfg, weights={"image_config_only": torch.zeros(1, device="cpu")},
                         state={"step": cfg.image_iters, "final": True, "task": "image", "metrics": metrics})
     ctx.report(metrics, checkpoint=write)
     return metrics
 
 
 # ------------------------------------------------------------------ eval
-def denoiser_for(cfg: Config):
-    """The function a noisy cloud (unit sphere) goes through: the model, k-NN smoothing or the identity."""
+def denoiser_for(cfg: Config, device=None):
+    """The function a noisy cloud (unit sphere) goes through: the model (on `device`), k-NN smoothing or the
+    identity."""
     if cfg.eval_method == "identity":
         return lambda x: x, cfg.steps
     if cfg.eval_method == "knn_mean":
         return (lambda x: knn_mean_smoothing(x, cfg.k, cfg.smoothing_iters)), 0
-    net, tcfg = load_model(_need(cfg, "checkpoint_path"))
+    net, tcfg = load_model(_need(cfg, "checkpoint_path"), device)
     steps = min(cfg.infer_steps or tcfg.steps, tcfg.steps)
     return (lambda x: denoise_cloud(net, x, steps, cfg.eval_patch_size, normalise=False)), steps
 
@@ -188,8 +205,8 @@ def denoiser_for(cfg: Config):
 def fit_eval(cfg: Config, ctx: RunContext) -> dict:
     from methodlab.methods.ucan import data as D
 
-    torch.set_num_threads(cfg.torch_threads or 1)
-    fn, _ = denoiser_for(cfg)
+    ctx.limit_threads(cfg.torch_threads)
+    fn, _ = denoiser_for(cfg, ctx.device)
     metrics: dict = {"step": 0}
     if cfg.eval_set == "analytic":
         agg, _ = evaluate(fn, D.analytic_eval_set(cfg, "test"), "test")

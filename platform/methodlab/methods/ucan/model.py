@@ -1,6 +1,10 @@
 """U-CAN's networks and maths: the multi-step displacement network, exact EMD (bijective assignment), Chamfer
 distance, the Noise2Noise + consistency loss, k-NN mean smoothing, patch-based inference, and the 2-D
-ZS-N2N (+ L_DC) image variant."""
+ZS-N2N (+ L_DC) image variant.
+
+Devices: every tensor is built on the device of the tensors (or network) it works with. The exact EMD matching is
+scipy's linear_sum_assignment on the host by definition (the float64 cost matrix is copied there, the matched pairs
+come back as index tensors on the points' device); the differentiable loss stays on the device."""
 
 from __future__ import annotations
 
@@ -22,9 +26,9 @@ def knn_indices(points: torch.Tensor, k: int) -> torch.Tensor:
             return d.topk(k, dim=1, largest=False).indices
         from scipy.spatial import cKDTree
 
-        pts = points.detach().double().numpy()
+        pts = points.detach().double().cpu().numpy()
         _, idx = cKDTree(pts).query(pts, k=k)
-        return torch.as_tensor(np.asarray(idx).reshape(n, k), dtype=torch.long)
+        return torch.as_tensor(np.asarray(idx).reshape(n, k), dtype=torch.long, device=points.device)
 
 
 class DisplacementNet(nn.Module):
@@ -75,6 +79,7 @@ def denoise_path(net: DisplacementNet, points: torch.Tensor, steps: int) -> list
 
 
 def build_net(cfg) -> DisplacementNet:
+    """The network on the current default device (callers build it under `ctx.init_module()` / `torch.device`)."""
     return DisplacementNet(cfg.k, tuple(cfg.enc_widths), tuple(cfg.head_widths), cfg.steps, cfg.step_embed,
                            cfg.local_scale)
 
@@ -87,7 +92,7 @@ def emd_assignment(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.nda
     if x.shape != y.shape:
         raise ValueError(f"EMD needs equal-size sets, got {tuple(x.shape)} and {tuple(y.shape)}")
     with torch.no_grad():
-        cost = torch.cdist(x.detach().double(), y.detach().double()).numpy()
+        cost = torch.cdist(x.detach().double(), y.detach().double()).cpu().numpy()
     return linear_sum_assignment(cost)
 
 
@@ -95,13 +100,14 @@ def emd(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """EMD(X, Y) = min_phi (1/|X|) sum ||x - phi(x)||_2 over bijections; the matching is computed without
     gradient, the loss is differentiable in both sets."""
     r, c = emd_assignment(x, y)
-    return (x[torch.as_tensor(r)] - y[torch.as_tensor(c)]).norm(dim=1).mean()
+    r, c = torch.as_tensor(r, device=x.device), torch.as_tensor(c, device=y.device)
+    return (x[r] - y[c]).norm(dim=1).mean()
 
 
 def chamfer(x: torch.Tensor, y: torch.Tensor, squared: bool = True) -> torch.Tensor:
     """mean_x min_y d(x,y) + mean_y min_x d(x,y), with squared distances by default (ScoreDenoise's CD)."""
     if x.shape[0] > 4096 or y.shape[0] > 4096:
-        return torch.as_tensor(chamfer_np(x.detach().numpy(), y.detach().numpy(), squared))
+        return torch.as_tensor(chamfer_np(x.detach().cpu().numpy(), y.detach().cpu().numpy(), squared), device=x.device)
     d = torch.cdist(x, y)
     if squared:
         d = d * d
@@ -119,7 +125,8 @@ def chamfer_np(x: np.ndarray, y: np.ndarray, squared: bool = True) -> float:
 
 
 def ucan_loss(net: DisplacementNet, pa: torch.Tensor, pb: torch.Tensor, cfg) -> tuple[torch.Tensor, dict]:
-    """L = EMD(D(P^a), P^b) + EMD(D(P^b), P^a) + lambda_DC * dist(D(P^a), D(P^b)) for one patch pair."""
+    """L = EMD(D(P^a), P^b) + EMD(D(P^b), P^a) + lambda_DC * dist(D(P^a), D(P^b)) for one patch pair.
+    The parts (n2n, dc) are detached 0-d tensors on the patches' device (read them at report time)."""
     path_a, path_b = denoise_path(net, pa, cfg.steps), denoise_path(net, pb, cfg.steps)
     da, db = path_a[-1], path_b[-1]
     n2n = emd(da, pb) + emd(db, pa)
@@ -130,9 +137,9 @@ def ucan_loss(net: DisplacementNet, pa: torch.Tensor, pb: torch.Tensor, cfg) -> 
     if cfg.lambda_dc > 0:
         dc = emd(da, db) if cfg.dc_distance == "emd" else chamfer(da, db, squared=False)
     else:
-        dc = torch.zeros(())
+        dc = torch.zeros((), device=pa.device)
     loss = n2n + cfg.lambda_dc * dc
-    return loss, {"n2n": n2n.item(), "dc": float(dc.detach())}
+    return loss, {"n2n": n2n.detach(), "dc": dc.detach()}
 
 
 # ------------------------------------------------------------------ baselines
@@ -170,6 +177,7 @@ def denoise_cloud(net: DisplacementNet, points: np.ndarray, steps: int, patch_si
     point's prediction from the patch whose seed is nearest among those containing it, map back."""
     from scipy.spatial import cKDTree
 
+    device = next(net.parameters()).device  # patches go to the network's device; results come back to the host
     x = np.asarray(points, dtype=np.float64)
     n = len(x)
     if normalise:
@@ -180,7 +188,8 @@ def denoise_cloud(net: DisplacementNet, points: np.ndarray, steps: int, patch_si
     else:
         centre, radius, xn = np.zeros(3), 1.0, x
     if n <= patch_size:
-        out = denoise_path(net, torch.as_tensor(xn, dtype=torch.float32), steps)[-1].double().numpy()
+        out = denoise_path(net, torch.as_tensor(xn, dtype=torch.float32, device=device),
+                           steps)[-1].cpu().double().numpy()
     else:
         n_seeds = int(math.ceil(3 * n / patch_size))
         seeds = farthest_point_sampling(xn, n_seeds)
@@ -196,7 +205,8 @@ def denoise_cloud(net: DisplacementNet, points: np.ndarray, steps: int, patch_si
             done_seeds.add(s)
             _, idx = tree.query(xn[s], k=patch_size)
             idx = np.asarray(idx).reshape(-1)
-            pred = denoise_path(net, torch.as_tensor(xn[idx], dtype=torch.float32), steps)[-1].double().numpy()
+            pred = denoise_path(net, torch.as_tensor(xn[idx], dtype=torch.float32, device=device),
+                                steps)[-1].cpu().double().numpy()
             dseed = np.linalg.norm(xn[idx] - xn[s], axis=1)
             better = dseed < best[idx]
             out[idx[better]] = pred[better]
@@ -227,8 +237,8 @@ def pair_downsample(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """ZS-N2N's two 2x2 diagonal-average downsamplers: D1 = mean of (top-left, bottom-right),
     D2 = mean of (top-right, bottom-left). y [B,C,H,W] with even H, W."""
     c = y.shape[1]
-    f1 = torch.tensor([[[[0.0, 0.5], [0.5, 0.0]]]], dtype=y.dtype).repeat(c, 1, 1, 1)
-    f2 = torch.tensor([[[[0.5, 0.0], [0.0, 0.5]]]], dtype=y.dtype).repeat(c, 1, 1, 1)
+    f1 = torch.tensor([[[[0.0, 0.5], [0.5, 0.0]]]], dtype=y.dtype, device=y.device).repeat(c, 1, 1, 1)
+    f2 = torch.tensor([[[[0.5, 0.0], [0.0, 0.5]]]], dtype=y.dtype, device=y.device).repeat(c, 1, 1, 1)
     d1 = torch.nn.functional.conv2d(y, f1, stride=2, groups=c)
     d2 = torch.nn.functional.conv2d(y, f2, stride=2, groups=c)
     return d1, d2
@@ -246,7 +256,7 @@ def zsn2n_loss(f: ZSN2N, y: torch.Tensor, consistency: bool, lambda_dc: float = 
     l_dc = mse(fd1, fd2)
     if consistency:
         loss = loss + lambda_dc * l_dc
-    return loss, {"res": l_res.item(), "cons": l_cons.item(), "dc": l_dc.item()}
+    return loss, {"res": l_res.detach(), "cons": l_cons.detach(), "dc": l_dc.detach()}
 
 
 def psnr(x: np.ndarray, ref: np.ndarray) -> float:
@@ -256,32 +266,44 @@ def psnr(x: np.ndarray, ref: np.ndarray) -> float:
 
 def fit_zsn2n(noisy: np.ndarray, iters: int, consistency: bool, lr: float = 1e-3, decay_every: int = 1000,
               width: int = 48, lambda_dc: float = 1.0, seed: int = 0, clean: np.ndarray | None = None,
-              log_every: int = 0, callback=None) -> tuple[np.ndarray, dict]:
-    """Zero-shot fit on one noisy image [H,W] or [H,W,C] in [0,1] (even sides); -> (denoised, info)."""
+              log_every: int = 0, callback=None, device=None, ctx=None) -> tuple[np.ndarray, dict]:
+    """Zero-shot fit on one noisy image [H,W] or [H,W,C] in [0,1] (even sides); -> (denoised, info).
+    Runs on `ctx.device` with the run's precision (ctx.autocast / backward / optimizer_step) when a RunContext is
+    given, else plainly on `device` (None: CPU). The loss is read on the host only at log points and at the end."""
+    if ctx is None:  # a plain fp32 context on `device` (reproductions and tests call without a run)
+        from methodlab.core import RunContext
+
+        ctx = RunContext(device=device)
+    device = ctx.device
     torch.manual_seed(seed)
-    y = torch.as_tensor(noisy, dtype=torch.float32)
+    y = torch.as_tensor(noisy, dtype=torch.float32, device=device)
     y = y[None, None] if y.ndim == 2 else y.permute(2, 0, 1)[None]
-    f = ZSN2N(y.shape[1], width)
+    with device:
+        f = ZSN2N(y.shape[1], width)
     opt = torch.optim.Adam(f.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=decay_every, gamma=0.5)
     info = {"loss": float("nan"), "curve": []}
+    last = None
     for it in range(iters):
-        loss, parts = zsn2n_loss(f, y, consistency, lambda_dc)
+        with ctx.autocast():
+            loss, parts = zsn2n_loss(f, y, consistency, lambda_dc)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        ctx.backward(loss)
+        ctx.optimizer_step(opt)
         sched.step()
-        info["loss"] = loss.item()
+        last = loss.detach()
         if log_every and ((it + 1) % log_every == 0 or it + 1 == iters):
             with torch.no_grad():
-                out = torch.clamp(f(y), 0, 1)[0].permute(1, 2, 0).squeeze(-1).numpy()
-            row = {"iter": it + 1, "loss": loss.item(), **parts}
+                out = torch.clamp(f(y), 0, 1)[0].permute(1, 2, 0).squeeze(-1).cpu().numpy()
+            row = {"iter": it + 1, "loss": loss.item(), **{k: float(v) for k, v in parts.items()}}
             if clean is not None:
                 row["psnr"] = psnr(out, clean)
             info["curve"].append(row)
             if callback is not None:
                 callback(row)
+    if last is not None:
+        info["loss"] = float(last)
     with torch.no_grad():
-        out = torch.clamp(f(y), 0, 1)[0].permute(1, 2, 0).numpy()
+        out = torch.clamp(f(y), 0, 1)[0].permute(1, 2, 0).cpu().numpy()
     out = out[..., 0] if np.asarray(noisy).ndim == 2 else out
     return out, info

@@ -60,12 +60,14 @@ class Predictor:
     Output = Output
 
     @classmethod
-    def from_checkpoint(cls, directory):
+    def from_checkpoint(cls, directory, device=None):
+        """The checkpoint's predictor on `device` (a str or torch.device; None: CPU)."""
         ck = load_checkpoint(directory, method="ucan")
         cfg = Config.model_validate(ck.config)
+        device = torch.device(device if device is not None else "cpu")
         if ck.state.get("task") == "image":
-            return ImagePredictor(cfg)
-        return PointPredictor.from_loaded(ck, cfg)
+            return ImagePredictor(cfg, device)
+        return PointPredictor.from_loaded(ck, cfg, device)
 
     def input_model(self) -> type[BaseModel]:
         """The served checkpoint's request schema (the subclass of the checkpoint's task specialises it)."""
@@ -83,12 +85,14 @@ class Predictor:
 class PointPredictor(Predictor):
     def __init__(self, net, cfg: Config, step: int):
         self.net, self.cfg, self.step = net.eval(), cfg, step
+        self.device = next(net.parameters()).device
 
     @classmethod
-    def from_loaded(cls, ck, cfg: Config) -> "PointPredictor":
+    def from_loaded(cls, ck, cfg: Config, device=None) -> "PointPredictor":
         from methodlab.methods.ucan.model import build_net
 
-        net = build_net(cfg)
+        with torch.device(device if device is not None else "cpu"):
+            net = build_net(cfg)
         net.load_state_dict(ck.weights)
         return cls(net, cfg, int(ck.state.get("step", 0)))
 
@@ -124,7 +128,7 @@ class PointPredictor(Predictor):
             steps = int(getattr(x, "steps", 3))
             if steps > self.cfg.steps:
                 raise FieldError(f"[{i}].steps", f"this model was trained with S = {self.cfg.steps} steps")
-            res = denoise_cloud(self.net, arr, steps, int(getattr(x, "patch_size", 1000)))
+            res = denoise_cloud(self.net, arr, steps, int(getattr(x, "patch_size", 1000)))  # patches on self.device
             if not np.isfinite(res).all():
                 res = arr  # never answer non-finite numbers
             out.append(Output(points=res.tolist(), displacement_norm_mean=float(np.linalg.norm(res - arr, axis=1).mean())))
@@ -143,8 +147,9 @@ def decode_png(data: str, field: str) -> np.ndarray:
 class ImagePredictor(Predictor):
     """Zero-shot: every request fits the tiny ZS-N2N CNN on its own image (no learned weights are served)."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, device=None):
         self.cfg = cfg
+        self.device = torch.device(device if device is not None else "cpu")
 
     def input_model(self) -> type[BaseModel]:
         return create_model(
@@ -169,7 +174,7 @@ class ImagePredictor(Predictor):
             iters = int(getattr(x, "iterations", 100))
             den, info = fit_zsn2n(img, iters, bool(getattr(x, "consistency", True)), self.cfg.image_lr,
                                   self.cfg.image_decay_every, self.cfg.image_channels, self.cfg.image_lambda_dc,
-                                  self.cfg.seed)
+                                  self.cfg.seed, device=self.device)
             loss = info["loss"] if math.isfinite(info["loss"]) else None
             out.append(Output(image=png_b64(den), iterations=iters, final_loss=loss))
         return out

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from methodlab.core.device import set_threads
+
 CACHE = Path(os.environ.get("METHODLAB_UCAN_CACHE", "results/reproduce/ucan"))
 BASE = dict(data="analytic", data_seed=0, n_points=2000, observations=4, noise=0.02, steps=3, k=16,
             enc_widths=[32, 64, 128], head_widths=[64, 32], lambda_dc=1.0, lr=0.001, lr_schedule="constant", max_steps=250,
@@ -214,12 +216,10 @@ def run_one(job: dict) -> dict:
     path = CACHE / f"{cache_name(job)}.json"
     if path.exists():
         return _load_run(path)
-    import torch
-
     from methodlab.core import RunContext
     from methodlab.methods.ucan.config import Config
 
-    torch.set_num_threads(1)
+    set_threads(1)  # the recipe's one thread per process (fit no longer narrows by default)
     cfg = Config.model_validate(job["config"])
     ctx = RunContext(quiet=True)
     t0 = time.perf_counter()
@@ -275,8 +275,6 @@ def mesh_table(knn_iters: int) -> dict:
     path = CACHE / f"meshes-{_key([knn_iters, cache_name(next(j for j in jobs() if j['name'] == 'pc-ucan-s0')), cache_name(next(j for j in jobs() if j['name'] == 'pc-nodc-s0'))])}.json"
     if path.exists():
         return json.loads(path.read_text())
-    import torch
-
     from methodlab.core.errors import MissingSourceError
     from methodlab.methods.ucan.config import Config
     from methodlab.methods.ucan.data import mesh_eval_set
@@ -284,7 +282,7 @@ def mesh_table(knn_iters: int) -> dict:
     from methodlab.methods.ucan.jobs import load_model
     from methodlab.methods.ucan.model import denoise_cloud, knn_mean_smoothing
 
-    torch.set_num_threads(1)
+    set_threads(1)  # the recipe's one thread per process (fit no longer narrows by default)
     t0 = time.perf_counter()
     cfg = Config.model_validate({**BASE})
     fns = {"noisy input": lambda x: x,

@@ -23,6 +23,7 @@ PAPER = {
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/psnr"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/psnr", "eval/val_ssim", "train/loss")
     smoke: ClassVar[dict] = {"image_size": 32, "n_train": 2, "train_iterations": 50, "inner_steps": 10,
                              "val_iterations": 30, "test_iterations": 30, "channels": 16, "scales": 4,
                              "unet_widths": [8, 16, 32, 32], "checkpoint_every": 25, "log_every": 10}
@@ -30,7 +31,8 @@ class Config(MethodConfig):
                                                              "checkpoint_every"})
 
     seed: int = Field(0, description="Initialisation of the encoder, the training decoders and the test decoder.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads (the job's "
+                                      "cpus_per_worker) for this run (ctx.limit_threads); None: the runner's count.")
     task: Task = Field("super_resolution", description="Forward operator: super_resolution (area down-sampling), "
                        "mri_multicoil (coil maps + Cartesian mask) or deblur_nonlinear (parametric non-linear blur).")
 

@@ -1,5 +1,6 @@
 """Build UGoDIT's problems from methodlab.data sources: M training measurements, one validation and one test
-measurement, all degraded from data_seed (identical for every training seed). Never touches the network."""
+measurement, all degraded from data_seed (identical for every training seed). Never touches the network.
+Problems are built on the host (device="cpu", numpy draws); a fit moves them once with `Problem.to(device)`."""
 
 from __future__ import annotations
 
@@ -20,20 +21,22 @@ def _rng(cfg, role: int) -> np.random.Generator:
 def natural_problem(cfg, image: np.ndarray, role: int, name: str = "") -> Problem:
     """Degrade a [H, W] image in [0, 1] with the task's operator + Gaussian noise (sigma noise_sigma)."""
     rng = _rng(cfg, role)
-    x = torch.as_tensor(np.asarray(image, np.float32))[None, None]
+    x = torch.as_tensor(np.asarray(image, np.float32), device="cpu")[None, None]
     H, W = image.shape
     if cfg.task == "super_resolution":
-        p = Problem(cfg.task, torch.zeros(0), torch.zeros(0), (H, W), scale=cfg.sr_scale, name=name)
+        p = Problem(cfg.task, torch.zeros(0, device="cpu"), torch.zeros(0, device="cpu"), (H, W), scale=cfg.sr_scale,
+                    name=name)
         if H % cfg.sr_scale or W % cfg.sr_scale:
             raise ValueError(f"{name}: size {H}x{W} not a multiple of sr_scale {cfg.sr_scale}")
     else:
         angle = float(rng.uniform(0, np.pi))
-        k = torch.as_tensor(motion_kernel(cfg.blur_length, angle, cfg.blur_sigma))[None, None]
-        p = Problem(cfg.task, torch.zeros(0), torch.zeros(0), (H, W), kernel=k, response_a=cfg.blur_response,
-                    name=name, extra={"angle": angle})
+        k = torch.as_tensor(motion_kernel(cfg.blur_length, angle, cfg.blur_sigma), device="cpu")[None, None]
+        p = Problem(cfg.task, torch.zeros(0, device="cpu"), torch.zeros(0, device="cpu"), (H, W), kernel=k,
+                    response_a=cfg.blur_response, name=name, extra={"angle": angle})
     with torch.no_grad():
         clean = p.A(x)
-    y = clean + cfg.noise_sigma * torch.as_tensor(rng.normal(size=tuple(clean.shape)), dtype=torch.float32)
+    noise = torch.as_tensor(rng.normal(size=tuple(clean.shape)), dtype=torch.float32, device="cpu")
+    y = clean + cfg.noise_sigma * noise
     p.y = y
     p.z0 = natural_input(y, (H, W))
     p.gt = np.asarray(image, np.float64)
@@ -46,10 +49,10 @@ def mri_problem(kspace: np.ndarray, mask: np.ndarray, sens: np.ndarray, gt: np.n
     """k-space [C,H,W] (masked), mask [H,W], maps [C,H,W]; everything divided by c = max |zero-filled|."""
     zf = mri.zero_filled(kspace, mask, sens)
     c = float(np.abs(zf).max()) or 1.0
-    m = torch.as_tensor(mask.astype(np.float32))
-    s = torch.as_tensor(sens.astype(np.complex64))
-    y = torch.as_tensor((kspace * mask / c).astype(np.complex64))
-    p = Problem("mri_multicoil", y, torch.zeros(0), tuple(kspace.shape[-2:]), mask=m, sens=s, name=name,
+    m = torch.as_tensor(mask.astype(np.float32), device="cpu")
+    s = torch.as_tensor(sens.astype(np.complex64), device="cpu")
+    y = torch.as_tensor((kspace * mask / c).astype(np.complex64), device="cpu")
+    p = Problem("mri_multicoil", y, torch.zeros(0, device="cpu"), tuple(kspace.shape[-2:]), mask=m, sens=s, name=name,
                 extra={"c": c})
     p.z0 = p.combine(y).float()
     p.gt = None if gt is None else np.abs(gt).astype(np.float64) / c

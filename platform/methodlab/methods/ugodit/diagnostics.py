@@ -31,6 +31,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from methodlab.core.device import set_threads
+
 TRAIN = int(os.environ.get("UGODIT_DIAG_TRAIN", "800"))
 LONGS = tuple(int(v) for v in os.environ.get("UGODIT_DIAG_LONG", f"{2 * TRAIN},{3 * TRAIN}").split(","))
 SEEDS = tuple(int(v) for v in os.environ.get("UGODIT_DIAG_SEEDS", "10,11,12").split(","))
@@ -103,15 +105,13 @@ def _fit(cfg, target, arm, enc, label, fit, decoder_state=None):
 def job(spec: dict) -> dict:
     """spec: task, seed, kind (transfer | oracle | baselines); optional train, longs, fit, over (Config overrides,
     for the unit test)."""
-    import torch
-
     from methodlab.methods.ugodit.algo import TrainState
     from methodlab.methods.ugodit.data import build_problems
 
     task, seed, kind = spec["task"], spec["seed"], spec["kind"]
     train_its, longs, fit = spec.get("train", TRAIN), tuple(spec.get("longs", LONGS)), spec.get("fit", FIT_ITERS)
     over = dict(spec.get("over", {}))
-    torch.set_num_threads(1)
+    set_threads(1)  # the recipe's one thread per process (fit no longer narrows by default)
     cfg = _cfg(task, seed, train_its, fit, **over)
     probs = build_problems(cfg)
     test = probs["test"]

@@ -141,15 +141,19 @@ def multiple_of(cfg) -> int:
 
 
 def make_encoder(cfg, generator: torch.Generator) -> nn.Module:
-    e = UNetEncoder(2, tuple(cfg.unet_widths)) if cfg.task == "mri_multicoil" else \
-        SkipEncoder(1, cfg.channels, cfg.scales, cfg.skip_channels)
+    """The encoder, built on the generator's device and initialised from it (the init draws happen there)."""
+    with torch.device(generator.device):
+        e = UNetEncoder(2, tuple(cfg.unet_widths)) if cfg.task == "mri_multicoil" else \
+            SkipEncoder(1, cfg.channels, cfg.scales, cfg.skip_channels)
     init_weights(e, generator)
     return e
 
 
 def make_decoder(cfg, generator: torch.Generator) -> nn.Module:
-    d = UNetDecoder(tuple(cfg.unet_widths), 2) if cfg.task == "mri_multicoil" else \
-        SkipDecoder(cfg.channels, cfg.scales, cfg.skip_channels, 1)
+    """A decoder, built on the generator's device and initialised from it."""
+    with torch.device(generator.device):
+        d = UNetDecoder(tuple(cfg.unet_widths), 2) if cfg.task == "mri_multicoil" else \
+            SkipDecoder(cfg.channels, cfg.scales, cfg.skip_channels, 1)
     init_weights(d, generator)
     return d
 

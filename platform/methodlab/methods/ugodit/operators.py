@@ -2,10 +2,15 @@
 
 super_resolution: area (average-pool) down-sampling by s.  deblur_nonlinear: y = g(k * x), k = a linear motion
 kernel (random angle) convolved with a Gaussian, g(u) = (1 - exp(-a u)) / (1 - exp(-a)).  mri_multicoil:
-y_c = M . F(S_c x), x complex from the 2 output channels; centred orthonormal FFT."""
+y_c = M . F(S_c x), x complex from the 2 output channels; centred orthonormal FFT.
+
+Devices and precision: a Problem is built on the host (data.py) and moved once to the run's device
+(`Problem.to`); the operators run on the device of their tensors, always in float32 / complex64 (the network
+output is cast to float32 before A: complex FFTs have no bfloat16 kernels)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -97,10 +102,21 @@ class Problem:
         return to_channels((self.sens.conj() * ifft2c(k)).sum(0)[None])
 
     def image(self, x: torch.Tensor, s: float = 1.0) -> np.ndarray:
-        """Network output -> the reconstructed image [H, W] (magnitude / s for MRI)."""
+        """Network output -> the reconstructed image [H, W] on the host (magnitude / s for MRI)."""
         if self.task == "mri_multicoil":
-            return (to_complex(x)[0].abs() / s).detach().numpy().astype(np.float64)
-        return x[0, 0].detach().numpy().astype(np.float64)
+            return (to_complex(x)[0].abs() / s).detach().cpu().numpy().astype(np.float64)
+        return x[0, 0].detach().cpu().numpy().astype(np.float64)
+
+    @property
+    def device(self) -> torch.device:
+        return self.z0.device
+
+    def to(self, device) -> "Problem":
+        """A copy with every tensor (y, z0, kernel, mask, coil maps) on `device`; host arrays stay host arrays."""
+        device = torch.device(device)
+        moved = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), torch.Tensor)}
+        return dataclasses.replace(self, **moved)
 
 
 def natural_input(y: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:

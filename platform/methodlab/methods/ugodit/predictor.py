@@ -3,7 +3,8 @@ frozen encoder, at most 200 Adam steps), with the final loss and the data-consis
 
 Arrays travel as JSON lists: an image measurement [h][w] in [0, 1]; MRI k-space and coil maps as
 [C][H][W][2] (real, imag) and the mask as [W] lines or [H][W] booleans. The served schema (`input_model()`)
-is the checkpoint's: its task, image size (measurement h x w = H/scale x W/scale for SR), coil count."""
+is the checkpoint's: its task, image size (measurement h x w = H/scale x W/scale for SR), coil count.
+The per-request fit runs on the predictor's device (from_checkpoint(..., device)); threads are the runner's."""
 
 from __future__ import annotations
 
@@ -57,18 +58,21 @@ class Predictor:
     Input = Input
     Output = Output
 
-    def __init__(self, cfg: Config, weights: dict, shape: tuple[int, int]):
+    def __init__(self, cfg: Config, weights: dict, shape: tuple[int, int], device=None):
         self.cfg, self.shape = cfg, shape
-        self.encoder_state = {k[len("encoder."):]: v for k, v in weights.items() if k.startswith("encoder.")}
+        self.device = torch.device(device if device is not None else "cpu")
+        self.encoder_state = {k[len("encoder."):]: v.to(self.device) for k, v in weights.items()
+                              if k.startswith("encoder.")}
         self.arm = cfg.arm if cfg.arm in ("aseqdip", "dip", "random_encoder") else "ugodit"
 
     @classmethod
-    def from_checkpoint(cls, directory: str | Path) -> "Predictor":
+    def from_checkpoint(cls, directory: str | Path, device=None) -> "Predictor":
+        """The checkpoint's encoder on `device` (a str or torch.device; None: CPU); requests are fitted there."""
         ck = load_checkpoint(directory, method="ugodit")
         cfg = Config.model_validate(ck.config)
         prob = ck.extras.get("problem") or {}
         shape = tuple(prob.get("shape") or (cfg.image_size, cfg.image_size))
-        return cls(cfg, ck.weights, shape)
+        return cls(cfg, ck.weights, shape, device)
 
     def input_model(self) -> type[BaseModel]:
         cfg = self.cfg
@@ -115,7 +119,7 @@ class Predictor:
             cp = lambda a: np.stack([a.real, a.imag], -1).astype(float).tolist()  # noqa: E731
             return [Input(task=cfg.task, measurement=cp(sim["kspace"]), mask=sim["mask"][0].tolist(),
                           sens_maps=cp(sim["sens_maps"]), iterations=5)]
-        x = torch.as_tensor(img)[None, None]
+        x = torch.as_tensor(img, device="cpu")[None, None]
         if cfg.task == "super_resolution":
             y = torch.nn.functional.avg_pool2d(x, cfg.sr_scale)
         else:
@@ -124,6 +128,7 @@ class Predictor:
 
     # ------------------------------------------------------------------------------------------------
     def _problem(self, item, i: int):
+        """The request's problem, built on the host (validated there); __call__ moves it to the device once."""
         from methodlab.methods.ugodit.data import mri_problem
         from methodlab.methods.ugodit.operators import Problem, motion_kernel, natural_input
 
@@ -175,12 +180,12 @@ class Predictor:
             s = item.scale or cfg.sr_scale
         H, W = y.shape[0] * s, y.shape[1] * s
         self._check_side(H, W, i, "measurement")
-        yt = torch.as_tensor(y, dtype=torch.float32)[None, None]
+        yt = torch.as_tensor(y, dtype=torch.float32, device="cpu")[None, None]
         if cfg.task == "super_resolution":
             p = Problem(cfg.task, yt, natural_input(yt, (H, W)), (H, W), scale=s, name="request")
         else:
             angle = math.radians(float(getattr(item, "blur_angle_deg", 0.0) or 0.0))
-            k = torch.as_tensor(motion_kernel(cfg.blur_length, angle, cfg.blur_sigma))[None, None]
+            k = torch.as_tensor(motion_kernel(cfg.blur_length, angle, cfg.blur_sigma), device="cpu")[None, None]
             p = Problem(cfg.task, yt, yt.clone(), (H, W), kernel=k, response_a=cfg.blur_response, name="request")
         return p
 
@@ -194,12 +199,12 @@ class Predictor:
     def __call__(self, inputs: list) -> list[Output]:
         from methodlab.methods.ugodit.algo import fit_measurement
 
-        torch.set_num_threads(1)
         outs = []
         for i, item in enumerate(inputs):
-            p = self._problem(item, i)
+            p = self._problem(item, i).to(self.device)
             r = fit_measurement(self.cfg, p, self.arm, self.encoder_state if self.arm == "ugodit" else None,
-                         seed=self.cfg.seed, iterations=int(item.iterations), log_every=10 ** 9)
+                                seed=self.cfg.seed, iterations=int(item.iterations), log_every=10 ** 9,
+                                device=self.device)
             img = np.asarray(r["x_ema"], np.float64)
             if self.cfg.task == "mri_multicoil":
                 img = img * p.extra.get("c", 1.0)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from methodlab.core.device import set_threads
+
 ARMS = ("ugodit", "aseqdip", "dip", "random_encoder")
 ARM_NAMES = {"ugodit": "UGoDIT", "aseqdip": "aSeqDIP", "dip": "vanilla DIP", "random_encoder": "random-encoder control"}
 DEV_SEEDS, SEEDS = (10, 11, 12), (0, 1, 2)
@@ -44,14 +46,12 @@ TRIVIAL = {"mri": "zero-filled", "sr": "bilinear", "deblur": "degraded image", "
 
 def run_job(job: dict) -> dict:
     """Train E on the M training measurements (seed), then every arm on the test (or val) measurement."""
-    import torch
-
     from methodlab.methods.ugodit.algo import TrainState, fit_measurement
     from methodlab.methods.ugodit.config import Config
     from methodlab.methods.ugodit.data import build_problems
     from methodlab.methods.ugodit.evaluate import psnr, ssim
 
-    torch.set_num_threads(1)
+    set_threads(1)  # the recipe's one thread per process (fit no longer narrows by default)
     cfg = Config(**{**PRESETS[job["preset"]], **job.get("override", {}), "seed": job["seed"]})
     probs = build_problems(cfg)
     target = probs[job.get("target", "test")]

@@ -4,7 +4,8 @@ train (`ugodit.train`): M degraded measurements -> shared encoder E (+ M private
   every `checkpoint_every` steps (E, every D_i, the current inputs z, the optimiser, the step) and resume there;
   then a test-time fit on the VALIDATION measurement (fresh decoder, E frozen) -> eval/val_psnr = eval/psnr.
 reconstruct (`ugodit.reconstruct`): one test measurement with `arm` = ugodit (E from `encoder_from`, or trained
-  here first when None) | aseqdip | dip | random_encoder; PSNR/SSIM curves every `log_every` iterations."""
+  here first when None) | aseqdip | dip | random_encoder; PSNR/SSIM curves every `log_every` iterations.
+Both run on ctx.device with the run's precision (algo.py: networks, inputs, noise and k-space operators there)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,7 @@ def _setup(cfg: Config, ctx: RunContext) -> None:
         raise ConfigError("multi-worker data-parallel training does not apply to ugodit: training sees M <= 8 "
                           "measurements, each with its own decoder, and a reconstruction fits one measurement; "
                           "use scaling.num_workers: 1 (parallelism comes from Tune trials)", field="scaling.num_workers")
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
 
 
@@ -39,8 +39,8 @@ def encoder_weights(weights: dict) -> dict:
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
     _setup(cfg, ctx)
-    problems = build_problems(cfg)
-    st = TrainState(cfg, problems["train"], cfg.seed)
+    problems = build_problems(cfg)  # host; TrainState / fit_measurement move them to ctx.device once
+    st = TrainState(cfg, problems["train"], cfg.seed, ctx)
     T = int(cfg.value("train_iterations"))
     extras_val: dict = {}
     train_seconds = 0.0
@@ -72,12 +72,14 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if st.step % cfg.checkpoint_every == 0 and st.step < T:
             train_seconds += time.time() - t0
             t0 = time.time()
-            ctx.report({"step": st.step, "train/loss": loss, "train/seconds": train_seconds}, checkpoint=writer(False))
+            ctx.report({"step": st.step, "train/loss": float(loss), "train/seconds": train_seconds},
+                       checkpoint=writer(False))
     train_seconds += time.time() - t0
     metrics = {"step": st.step, "train/loss": st.losses[-1] if st.losses else float("nan"),
                "train/seconds": train_seconds}
     if cfg.val_iterations > 0:
-        r = fit_measurement(cfg, problems["val"], "ugodit", st.encoder.state_dict(), cfg.seed, cfg.val_iterations)
+        r = fit_measurement(cfg, problems["val"], "ugodit", st.encoder.state_dict(), cfg.seed, cfg.val_iterations,
+                            ctx=ctx)
         last = r["curve"][-1]
         extras_val = {"curve": r["curve"], "image": problems["val"].name}
         metrics.update({"eval/psnr": last["psnr_ema"], "eval/val_psnr": last["psnr_ema"],
@@ -121,7 +123,7 @@ def fit_reconstruct(cfg: Config, ctx: RunContext) -> dict:
             enc_state = resolve_encoder(cfg)
         else:
             t0 = time.time()
-            st = TrainState(cfg, problems["train"], cfg.seed)
+            st = TrainState(cfg, problems["train"], cfg.seed, ctx)
             while st.step < int(cfg.value("train_iterations")):
                 st.train_step()
             enc_state, train_seconds = st.encoder.state_dict(), time.time() - t0
@@ -133,7 +135,7 @@ def fit_reconstruct(cfg: Config, ctx: RunContext) -> dict:
 
     encs: list = []
     r = fit_measurement(cfg, p, cfg.arm, enc_state, cfg.seed, log_every=cfg.log_every,
-                 on_log=on_log if p.gt is not None else None, keep_encoder=encs)
+                        on_log=on_log if p.gt is not None else None, keep_encoder=encs, ctx=ctx)
     from methodlab.methods.ugodit.evaluate import psnr as _psnr
 
     final = {"step": int(cfg.value("test_iterations")), "eval/measurement_psnr": r["measurement_psnr_db"],
@@ -146,7 +148,7 @@ def fit_reconstruct(cfg: Config, ctx: RunContext) -> dict:
         final["eval/psnr"] = float("nan")
     weights = {f"encoder.{k}": v for k, v in encs[0].state_dict().items()}
     weights.update({f"decoder0.{k}": v for k, v in r["decoder"].state_dict().items()})
-    weights["reconstruction"] = torch.as_tensor(np.asarray(r["x_ema"], np.float32))
+    weights["reconstruction"] = torch.as_tensor(np.asarray(r["x_ema"], np.float32), device="cpu")  # host image
 
     def write(d: Path) -> None:
         save_checkpoint(d, method=SLUG, config=cfg, weights=weights, state={"step": final["step"], "final": True},

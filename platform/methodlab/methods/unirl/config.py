@@ -19,7 +19,8 @@ class GenerationConfig(BaseModel):
 
     kinds: list[Literal["random", "medium", "medium-replay", "expert", "medium-expert"]] = Field(
         ["random", "medium", "medium-replay", "expert", "medium-expert"], min_length=1, description="Files to write.")
-    out_dir: str = Field("results/unirl_datasets", max_length=512, description="Directory of the HDF5 files.")
+    out_dir: str = Field("datasets", max_length=512, description="Where the HDF5 files are written (relative: inside the "
+                         "run folder, e.g. results/unirl-make-dataset/datasets/).")
     n_transitions: int | None = Field(None, ge=10, description="Per-kind size; None: 5e4 Pendulum, 1e5 MuJoCo.")
     total_env_steps: int | None = Field(None, ge=100, description="Reference-run budget; None: 2e5 Pendulum, 1e6 MuJoCo.")
     updates_per_env_step: float | None = Field(None, gt=0.0, le=16.0, description="None: 0.05 Pendulum, 1 MuJoCo.")
@@ -34,7 +35,9 @@ class GenerationConfig(BaseModel):
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/normalized_score_last3"
     mode: ClassVar[Literal["max", "min"]] = "max"
-    # Smoke (spec): 300 offline steps on a 2k-transition random Pendulum dataset, small nets, 1 thread.
+    write_paths: ClassVar[tuple[str, ...]] = ("generation.out_dir",)  # written by a run: relative = inside its run folder
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/normalized_score_last3", "eval/normalized_score", "eval/return", "train/loss_q")
+    # Smoke (spec): 300 offline steps on a 2k-transition random Pendulum dataset, small nets (threads: the job's).
     # train longer online (or evaluate more often) when resuming; anything else changes the experiment
     resume_may_change: ClassVar[frozenset[str]] = MethodConfig.resume_may_change | {"online_steps", "eval_every",
                                                                                     "eval_episodes"}
@@ -43,7 +46,7 @@ class Config(MethodConfig):
     smoke: ClassVar[dict] = {"regime": "offline", "dataset": "generate:random:2000", "max_steps": 300,
                              "online_steps": 300, "start_steps": 100,
                              "hidden": [64, 64], "batch_size": 128, "eval_every": 100, "eval_episodes": 2,
-                             "checkpoint_every": 300, "torch_threads": 1}
+                             "checkpoint_every": 300}
 
     seed: int = Field(0, description="Seed of networks, sampling, environments.")
 
@@ -100,7 +103,7 @@ class Config(MethodConfig):
     eval_every: int = Field(5000, ge=1, description="Steps (offline: gradient, online: env) between evaluations; one report each.")
     eval_episodes: int = Field(10, ge=1, le=1000, description="Deterministic episodes per evaluation.")
     checkpoint_every: int = Field(50_000, ge=1, description="Steps between checkpoints (a multiple of eval_every).")
-    torch_threads: int | None = Field(None, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this (None: the job's).")
     generation: GenerationConfig = Field(default_factory=GenerationConfig,
                                          description="Setting make_dataset only: the dataset recipe.")
 

@@ -1,7 +1,8 @@
 """The replay buffer (offline dataset, online replay, or both for offline-to-online) and the offline data.
 
-Arrays are preallocated torch tensors so a batch is one index_select per field. Actions are stored
-normalised to [-1, 1]; `dones` holds terminals only (time-outs never cut the bootstrap)."""
+Arrays are preallocated torch tensors on the run's device (the offline dataset is copied there once), so a
+batch is one index_select per field drawn by a generator on that device. Actions are stored normalised to
+[-1, 1]; `dones` holds terminals only (time-outs never cut the bootstrap)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,16 @@ FIELDS = ("observations", "actions", "rewards", "next_observations", "terminals"
 
 
 class Replay:
-    def __init__(self, obs_dim: int, act_dim: int, capacity: int):
+    def __init__(self, obs_dim: int, act_dim: int, capacity: int, device="cpu"):
         self.capacity, self.pos, self.size = capacity, 0, 0
         self.n_fixed = 0  # leading rows that came from an offline dataset (never overwritten, never saved)
-        self.obs = torch.zeros(capacity, obs_dim)
-        self.act = torch.zeros(capacity, act_dim)
-        self.rew = torch.zeros(capacity)
-        self.next_obs = torch.zeros(capacity, obs_dim)
-        self.term = torch.zeros(capacity)
-        self.tout = torch.zeros(capacity, dtype=torch.bool)
+        self.device = torch.device(device)
+        self.obs = torch.zeros(capacity, obs_dim, device=self.device)
+        self.act = torch.zeros(capacity, act_dim, device=self.device)
+        self.rew = torch.zeros(capacity, device=self.device)
+        self.next_obs = torch.zeros(capacity, obs_dim, device=self.device)
+        self.term = torch.zeros(capacity, device=self.device)
+        self.tout = torch.zeros(capacity, dtype=torch.bool, device=self.device)
 
     def _cols(self):
         return self.obs, self.act, self.rew, self.next_obs, self.term, self.tout
@@ -37,29 +39,29 @@ class Replay:
             raise ValueError(f"dataset of {n} transitions exceeds the buffer capacity {self.capacity}")
         arrays = (data.observations, data.actions, data.rewards * reward_scale, data.next_observations,
                   data.terminals.astype(np.float32), data.timeouts)
-        for col, arr in zip(self._cols(), arrays):
-            col[:n] = torch.as_tensor(np.asarray(arr)).to(col.dtype).reshape(col[:n].shape)
+        for col, arr in zip(self._cols(), arrays):  # one host-to-device copy per field, at set-up
+            col[:n] = torch.as_tensor(np.asarray(arr), device=self.device).to(col.dtype).reshape(col[:n].shape)
         self.pos = self.size = self.n_fixed = n
 
     def add(self, obs, act, rew: float, next_obs, terminal: bool, timeout: bool) -> None:
-        i = self.pos
-        self.obs[i] = torch.as_tensor(obs, dtype=torch.float32)
-        self.act[i] = torch.as_tensor(act, dtype=torch.float32)
-        self.rew[i] = float(rew)
-        self.next_obs[i] = torch.as_tensor(next_obs, dtype=torch.float32)
-        self.term[i] = float(terminal)
+        """One env transition (the env lives on the host): packed into one row, copied to the device once."""
+        i, o, a = self.pos, self.obs.shape[1], self.act.shape[1]
+        row = torch.as_tensor(np.concatenate([np.ravel(obs), np.ravel(act), [rew], np.ravel(next_obs), [terminal]],
+                                             dtype=np.float32), device=self.device)
+        self.obs[i], self.act[i], self.rew[i] = row[:o], row[o:o + a], row[o + a]
+        self.next_obs[i], self.term[i] = row[o + a + 1:2 * o + a + 1], row[-1]
         self.tout[i] = bool(timeout)
         self.pos = self.n_fixed + (self.pos + 1 - self.n_fixed) % (self.capacity - self.n_fixed)
         self.size = min(self.size + 1, self.capacity)
 
     def sample(self, batch: int, generator: torch.Generator):
-        idx = torch.randint(self.size, (batch,), generator=generator)
+        idx = torch.randint(self.size, (batch,), generator=generator, device=self.device)
         return self.obs[idx], self.act[idx], self.rew[idx], self.next_obs[idx], self.term[idx]
 
     # --- checkpoint: the online part only, as .npz (read back with allow_pickle=False) -------------
     def save(self, path: Path) -> None:
         lo, hi = self.n_fixed, self.size
-        arrays = {name: col[lo:hi].numpy() for name, col in zip(FIELDS, self._cols())}
+        arrays = {name: col[lo:hi].cpu().numpy() for name, col in zip(FIELDS, self._cols())}
         np.savez(path, **arrays, pos=np.int64(self.pos), size=np.int64(self.size), n_fixed=np.int64(self.n_fixed))
 
     def load(self, path: Path) -> None:
@@ -70,7 +72,7 @@ class Replay:
                 raise CheckpointError(f"{path}: saved with {int(z['n_fixed'])} offline rows, this run has {self.n_fixed}")
             lo, hi = self.n_fixed, int(z["size"])
             for name, col in zip(FIELDS, self._cols()):
-                col[lo:hi] = torch.as_tensor(z[name]).to(col.dtype)
+                col[lo:hi] = torch.as_tensor(z[name], device=self.device).to(col.dtype)
             self.pos, self.size = int(z["pos"]), hi
 
 

@@ -23,7 +23,9 @@ def make_rescaled_env(env_id: str):
 
 @torch.no_grad()
 def evaluate(actor, env_id: str, episodes: int, base_seed: int = 10_000, progress=lambda items, **_: items) -> dict[str, float]:
-    """`progress` (RunContext.progress in a run) shows the lockstep env steps of long rollouts."""
+    """`progress` (RunContext.progress in a run) shows the lockstep env steps of long rollouts. The actor runs
+    on its own device; observations go there and actions come back once per lockstep (the envs are numpy)."""
+    device = next(actor.parameters()).device
     envs = [make_rescaled_env(env_id) for _ in range(episodes)]
     obs = np.stack([e.reset(seed=base_seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
     returns = np.zeros(episodes)
@@ -32,7 +34,7 @@ def evaluate(actor, env_id: str, episodes: int, base_seed: int = 10_000, progres
         if not alive.any():
             break
         idx = np.flatnonzero(alive)
-        acts = actor.act(torch.as_tensor(obs[idx]), deterministic=True).numpy()
+        acts = actor.act(torch.as_tensor(obs[idx], device=device), deterministic=True).cpu().numpy()
         for j, i in enumerate(idx):
             o, r, term, trunc, _ = envs[i].step(acts[j])
             returns[i] += r

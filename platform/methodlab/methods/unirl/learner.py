@@ -4,9 +4,11 @@ unirl (also the IVR baseline through `extractor=ivr_awr`): V, then actor (new V,
 (new V), then targets [IVR learner.py]; a_ref = batch actions offline / with ref_mode=buffer, else a
 sample of the frozen reference policy pi_ref. sac: the online baseline. bc: the offline baseline.
 
-DDP: the optimised networks are wrapped by ctx.prepare_model (world_size > 1); every loss runs its
-network through the wrapper's forward so gradients are all-reduced. Passes that only read a network
-(target critic, pi_ref, V after its step) use the unwrapped module.
+Device: every network, its target / reference copy, SAC's log_alpha and the sampling generator live on
+ctx.device (the networks are built under ctx.init_module()); a batch arrives there from the replay buffer.
+DDP: the optimised networks are wrapped by ctx.prepare_model (DDP when world_size > 1, torch.compile when
+the job asks); every loss runs its network through the wrapper's forward so gradients are all-reduced.
+Passes that only read a network (target critic, pi_ref, V after its step) use the unwrapped module.
 """
 
 from __future__ import annotations
@@ -16,31 +18,37 @@ import math
 
 import torch
 
+from methodlab.core import RunContext
 from methodlab.methods.unirl.config import Config
 from methodlab.methods.unirl.model import (GaussianActor, SquashedGaussianActor, TwinQ, ValueNet, extraction_weights,
                                            gaussian_log_prob, polyak, value_loss)
 
 
 class Learner:
-    def __init__(self, cfg: Config, obs_dim: int, act_dim: int, prepare=lambda m: m):
-        self.cfg, self.act_dim = cfg, act_dim
+    """`ctx`: the run's context (device, prepare_model); None builds a plain fp32 learner on `device`
+    (None: the CPU), as the predictor does."""
+
+    def __init__(self, cfg: Config, obs_dim: int, act_dim: int, ctx: RunContext | None = None, *, device=None):
+        ctx = ctx if ctx is not None else RunContext(device=device)
+        self.cfg, self.act_dim, self.device = cfg, act_dim, ctx.device
         h = list(cfg.hidden)
         actor_cls = SquashedGaussianActor if cfg.learner == "sac" else GaussianActor
-        self.actor = actor_cls(obs_dim, act_dim, h, cfg.log_std_min, cfg.log_std_max)
-        self.q = TwinQ(obs_dim, act_dim, h)
+        with ctx.init_module():  # parameters created on ctx.device (same init draws, same order as on the CPU)
+            self.actor = actor_cls(obs_dim, act_dim, h, cfg.log_std_min, cfg.log_std_max)
+            self.q = TwinQ(obs_dim, act_dim, h)
+            self.v = ValueNet(obs_dim, h, cfg.value_layernorm)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.v = ValueNet(obs_dim, h, cfg.value_layernorm)
         self.pi_ref = copy.deepcopy(self.actor).requires_grad_(False)  # online reference (unirl, periodic/ema)
-        self.log_alpha = torch.zeros(1, requires_grad=True)  # SAC temperature
+        self.log_alpha = torch.zeros(1, requires_grad=True, device=self.device)  # SAC temperature
         self.target_entropy = cfg.sac_target_entropy if cfg.sac_target_entropy is not None else -float(act_dim)
         self.opt_actor = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
         self.opt_q = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
         self.opt_v = torch.optim.Adam(self.v.parameters(), lr=cfg.lr)
         self.opt_alpha = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
-        self.actor_w, self.q_w, self.v_w = prepare(self.actor), prepare(self.q), prepare(self.v)
+        self.actor_w, self.q_w, self.v_w = (ctx.prepare_model(m) for m in (self.actor, self.q, self.v))
         self.grad_steps = 0
         self.ref_refreshed_at = 0  # gradient step of pi_ref's last refresh (periodic)
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.generator = ctx.generator(cfg.seed)  # batches, pi_ref's actions and SAC's noise, on ctx.device
 
     # --- the three learners ---------------------------------------------------------------------
     def update(self, batch, use_pi_ref: bool) -> dict:
@@ -109,7 +117,7 @@ class Learner:
         loss_q.backward()
         self.opt_q.step()
         mean, log_std = self.actor_w(s)
-        u = mean + torch.randn(mean.shape, generator=self.generator) * log_std.exp()
+        u = mean + torch.randn(mean.shape, generator=self.generator, device=mean.device, dtype=mean.dtype) * log_std.exp()
         a_pi = torch.tanh(u)
         logp = gaussian_log_prob(u, mean, log_std) - (2 * (math.log(2) - u - torch.nn.functional.softplus(-2 * u))).sum(-1)
         self.q.requires_grad_(False)  # the actor loss reads Q; its gradient must not touch Q's parameters

@@ -40,7 +40,7 @@ def _version() -> str:
 def policy_sha256(actor: torch.nn.Module) -> str:
     from safetensors.torch import save
 
-    return hashlib.sha256(save({k: v.contiguous() for k, v in actor.state_dict().items()})).hexdigest()
+    return hashlib.sha256(save({k: v.detach().cpu().contiguous() for k, v in actor.state_dict().items()})).hexdigest()
 
 
 def recipe(cfg: Config) -> dict:
@@ -56,18 +56,20 @@ def recipe(cfg: Config) -> dict:
 
 @torch.no_grad()
 def rollout(actor, env_id: str, n: int, seed: int) -> dict:
-    """n transitions of `actor` sampling stochastically; native actions; log-probs in normalised units."""
+    """n transitions of `actor` sampling stochastically; native actions; log-probs in normalised units.
+    The actor samples on its own device (with a generator there); each step's action comes back to the env."""
+    device = next(actor.parameters()).device
     env = make_rescaled_env(env_id)
     low, high = env.env.action_space.low, env.env.action_space.high  # the wrapped env's native bounds
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     cols: dict[str, list] = {k: [] for k in ("observations", "actions", "rewards", "next_observations", "terminals",
                                              "timeouts", "infos/action_log_probs", "infos/qpos", "infos/qvel")}
     mujoco = hasattr(env.unwrapped, "data") and hasattr(env.unwrapped.data, "qpos")
     obs, _ = env.reset(seed=seed)
     for _ in range(n):
-        o = torch.as_tensor(obs, dtype=torch.float32)[None]
+        o = torch.as_tensor(obs, dtype=torch.float32, device=device)[None]
         a, logp = actor.sample(o, gen)
-        a = a[0].clamp(-1, 1).numpy()
+        a, logp = a[0].clamp(-1, 1).cpu().numpy(), logp.cpu()
         if mujoco:
             cols["infos/qpos"].append(env.unwrapped.data.qpos.copy())
             cols["infos/qvel"].append(env.unwrapped.data.qvel.copy())
@@ -121,13 +123,12 @@ def export_minari(arrays: dict, env_id: str, dataset_id: str) -> str:
 
 
 def fit_make_dataset(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
     g, rc = cfg.generation, recipe(cfg)
     obs_dim, low, high = env_spaces(cfg.env)
     act_dim = len(low)
-    out_dir = Path(g.out_dir).expanduser().resolve()
+    out_dir = ctx.write_path(g.out_dir).resolve()  # relative: inside the run folder
     stem = cfg.env.lower()
     needs_run = any(k != "random" for k in g.kinds)
     meta = {"env_id": cfg.env, "seed": cfg.seed, "action_low": low, "action_high": high,
@@ -139,8 +140,8 @@ def fit_make_dataset(cfg: Config, ctx: RunContext) -> dict:
     metrics: dict = {"step": 0}
     if needs_run:
         sac = Config.model_validate({**cfg.model_dump(), "regime": "online", "learner": "sac"})
-        learner = Learner(sac, obs_dim, act_dim)
-        buf = Replay(obs_dim, act_dim, rc["total"])
+        learner = Learner(sac, obs_dim, act_dim, ctx)  # the reference SAC run trains on ctx.device
+        buf = Replay(obs_dim, act_dim, rc["total"], ctx.device)
         env = make_rescaled_env(cfg.env)
         rng = np.random.default_rng(cfg.seed)
         obs = env.reset(seed=cfg.seed)[0].astype(np.float32)
@@ -149,7 +150,8 @@ def fit_make_dataset(cfg: Config, ctx: RunContext) -> dict:
             if t <= g.start_steps:
                 a = rng.uniform(-1, 1, act_dim).astype(np.float32)
             else:
-                a = learner.actor.act(torch.as_tensor(obs)[None], False, learner.generator)[0].numpy()
+                obs_t = torch.as_tensor(obs, device=ctx.device)[None]  # the env is numpy: one round trip a step
+                a = learner.actor.act(obs_t, False, learner.generator)[0].cpu().numpy()
             nxt, r, term, trunc, _ = env.step(a)
             buf.add(obs, a, r, nxt, term, trunc)
             obs = env.reset()[0] if (term or trunc) else nxt
@@ -190,9 +192,10 @@ def fit_make_dataset(cfg: Config, ctx: RunContext) -> dict:
             return cache[kind]
         if kind == "medium-replay":
             sl = slice(0, medium_size)
-            arr = {"observations": buf.obs[sl].numpy(), "actions": to_native(buf.act[sl].double().numpy(), low, high).astype(np.float32),
-                   "rewards": buf.rew[sl].numpy(), "next_observations": buf.next_obs[sl].numpy(),
-                   "terminals": buf.term[sl].numpy().astype(bool), "timeouts": buf.tout[sl].numpy().copy()}
+            col = lambda t: t[sl].cpu().numpy()  # noqa: E731  (the run's buffer, back on the host once)
+            arr = {"observations": col(buf.obs), "actions": to_native(col(buf.act).astype(np.float64), low, high).astype(np.float32),
+                   "rewards": col(buf.rew), "next_observations": col(buf.next_obs),
+                   "terminals": col(buf.term).astype(bool), "timeouts": col(buf.tout).copy()}
             arr["timeouts"][-1] = True  # the episode in progress at the medium snapshot is cut here
             return arr, policy_sha256(medium)
         (m, hm), (e, he) = kind_arrays("medium"), kind_arrays("expert")

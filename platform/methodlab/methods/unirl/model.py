@@ -82,7 +82,7 @@ class GaussianActor(nn.Module):
         mean, log_std = self(obs)
         if deterministic:
             return mean
-        noise = torch.randn(mean.shape, generator=generator)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         return (mean + noise * log_std.exp()).clamp(-1.0, 1.0)
 
 
@@ -101,7 +101,7 @@ class SquashedGaussianActor(nn.Module):
     def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised action and its log-probability (with the tanh change of variables)."""
         mean, log_std = self(obs)
-        u = mean + torch.randn(mean.shape, generator=generator) * log_std.exp()
+        u = mean + torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype) * log_std.exp()
         a = torch.tanh(u)
         # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), numerically stable
         logp = gaussian_log_prob(u, mean, log_std) - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)

@@ -44,6 +44,7 @@ class Predictor:
 
     def __init__(self, learner: Learner, cfg: Config, env: dict, version: str):
         self.learner, self.cfg, self.version = learner, cfg, version
+        self.device = learner.device
         self.obs_dim = int(env["obs_dim"])
         self.low = np.asarray(env["action_low"], np.float64)
         self.high = np.asarray(env["action_high"], np.float64)
@@ -51,11 +52,12 @@ class Predictor:
             m.eval()
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The checkpoint's networks on `device` (None: the CPU; a str or torch.device)."""
         ck = load_checkpoint(directory, method="unirl")
         cfg = Config.model_validate(ck.config)
         env = ck.extra("env")
-        learner = Learner(cfg, int(env["obs_dim"]), len(env["action_low"]))
+        learner = Learner(cfg, int(env["obs_dim"]), len(env["action_low"]), device=device)
         learner.load_weights(ck.weights)
         return cls(learner, cfg, env, f"unirl:{cfg.learner}:{cfg.env}:step{int(ck.state.get('step', 0))}")
 
@@ -95,18 +97,18 @@ class Predictor:
         batches = [self._rows(i, x) for i, x in enumerate(inputs)]
         out = []
         for i, (x, rows) in enumerate(zip(inputs, batches)):
-            s = torch.tensor(rows, dtype=torch.float32)
+            s = torch.tensor(rows, dtype=torch.float32, device=self.device)  # the request's rows, moved once
             actor = self.learner.actor
             mean, log_std = actor(s)
             a_n = actor.act(s, deterministic=x.deterministic).clamp(-1.0, 1.0)
             q = self.learner.q(s, a_n).min(0).values
             v = self.learner.v(s) if self.cfg.learner != "sac" else self.learner.q(s, actor.act(s, True)).min(0).values
-            vals = torch.stack([q, v]).numpy().astype(np.float64)
+            vals = torch.stack([q, v]).cpu().numpy().astype(np.float64)
             if not np.isfinite(vals).all():
                 raise FieldError(f"[{i}].observation", "the model's values are not finite for this input")
-            a_n64 = a_n.double().numpy()
+            a_n64 = a_n.double().cpu().numpy()
             action = self.low + (a_n64 + 1.0) * (self.high - self.low) / 2.0
             out.append(Output(action=action.tolist(), action_normalized=a_n64.tolist(), value=vals[1].tolist(),
-                              q=vals[0].tolist(), policy_std=log_std.exp().double().numpy().tolist(),
+                              q=vals[0].tolist(), policy_std=log_std.exp().double().cpu().numpy().tolist(),
                               model_version=self.version))
         return out

@@ -79,9 +79,7 @@ def _run(job: tuple[str, int, dict]) -> dict:
     path = _cache_path(job)
     if path.exists():  # same run, same config: finished by an earlier call
         return {**json.loads(path.read_text()), "cached": True}
-    import torch
-
-    torch.set_num_threads(1)
+    # threads: every config here has torch_threads=1, which fit applies (ctx.limit_threads) as measured
     from methodlab.core import RunContext
     from methodlab.methods.unirl.config import Config
     from methodlab.methods.unirl.train import fit

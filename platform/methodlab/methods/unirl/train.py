@@ -40,36 +40,34 @@ def fit_offline_to_online(cfg: Config, ctx: RunContext) -> dict:
 
 
 def _broadcast(metrics: dict, ctx: RunContext) -> dict:
-    """Rank 0 evaluates; with DDP the other ranks receive its numbers so every rank reports the same."""
+    """Rank 0 evaluates; with DDP the other ranks receive its numbers (float32, on ctx.device, through
+    ctx.broadcast). Rank 0 keeps its own float64 numbers: the recorded metrics are rank 0's."""
     if ctx.world_size == 1:
         return metrics
-    import torch.distributed as dist
-
     keys = ["eval/return", "eval/return_std", "eval/normalized_score"]
-    t = torch.tensor([metrics.get(k, 0.0) for k in keys], dtype=torch.float64)
-    dist.broadcast(t, src=0)
-    return dict(zip(keys, t.tolist()))
+    t = torch.tensor([metrics.get(k, 0.0) for k in keys], dtype=torch.float32, device=ctx.device)
+    ctx.broadcast(t, src=0)
+    return metrics if ctx.is_main else dict(zip(keys, t.tolist()))
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)  # a config may narrow the job's threads, never widen them
     seed_everything(cfg.seed)  # identical initial networks (and target / reference copies) on every rank
     obs_dim, low, high = env_spaces(cfg.env)
     act_dim = len(low)
-    learner = Learner(cfg, obs_dim, act_dim, prepare=ctx.prepare_model)
+    learner = Learner(cfg, obs_dim, act_dim, ctx)  # networks, log_alpha and the sampling generator on ctx.device
     torch.manual_seed(cfg.seed * 1000 + ctx.rank)  # each DDP rank samples its own batches and env episodes
     learner.generator.manual_seed(cfg.seed * 1000 + ctx.rank)
 
-    # --- data: dataset rows first (offline, o2o), then online transitions --------------------------
+    # --- data on ctx.device: dataset rows first (offline, o2o), then online transitions --------------
     data = offline_data(cfg, progress=ctx.progress) if cfg.regime != "online" else None
     scale = reward_scale_for(cfg, data) if data is not None else 1.0
     if cfg.regime == "offline":
-        buf = Replay(obs_dim, act_dim, len(data))
+        buf = Replay(obs_dim, act_dim, len(data), ctx.device)
     elif cfg.regime == "online":
-        buf = Replay(obs_dim, act_dim, min(cfg.buffer_capacity, cfg.online_steps))
+        buf = Replay(obs_dim, act_dim, min(cfg.buffer_capacity, cfg.online_steps), ctx.device)
     else:  # o2o keeps the whole dataset and every online transition
-        buf = Replay(obs_dim, act_dim, len(data) + cfg.online_steps)
+        buf = Replay(obs_dim, act_dim, len(data) + cfg.online_steps, ctx.device)
     if data is not None:
         buf.add_dataset(data, scale)
     online_from = {"offline": None, "online": 0, "offline_to_online": cfg.max_steps}[cfg.regime]
@@ -123,8 +121,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             env_step = step - online_from
             if env_step < cfg.start_steps_value:
                 act = rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
-            else:
-                act = learner.actor.act(torch.as_tensor(obs)[None], False, learner.generator)[0].numpy()
+            else:  # the env is numpy: one observation to the device and one action back per env step
+                obs_t = torch.as_tensor(obs, device=ctx.device)[None]
+                act = learner.actor.act(obs_t, False, learner.generator)[0].cpu().numpy()
             nxt, r, term, trunc, _ = env.step(act)
             nxt = nxt.astype(np.float32)
             buf.add(obs, act, r, nxt, term, trunc)
@@ -142,7 +141,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
                     if use_pi_ref:
                         learner.refresh_reference()
                     n_updates += 1
-                    for k, v in out.items():
+                    for k, v in out.items():  # device tensors: summed there, read at the next report
                         sums[k] = sums.get(k, 0.0) + v
         else:
             if cfg.regime == "offline" and cfg.actor_cosine:  # IVR: cosine decay of the actor lr to 0

@@ -14,6 +14,7 @@ from methodlab.core.method import MethodConfig
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/val_pck@0.2"
     mode: ClassVar[Literal["max", "min"]] = "max"
+    key_metrics: ClassVar[tuple[str, ...]] = ("eval/val_pck@0.2", "eval/val_pck@0.1", "eval/pck@0.2", "train/loss")
     smoke: ClassVar[dict] = {
         "n_base": 4, "n_novel": 1, "base_images": 40, "novel_unlabeled": 40, "novel_val": 12, "novel_test": 20,
         "image_size": 32, "window": 5, "stage1_steps": 20, "stage2_steps": 20, "batch_pairs": 6, "novel_pairs": 3,
@@ -23,7 +24,8 @@ class Config(MethodConfig):
         "stage2_steps", "log_every", "checkpoint_every"}
 
     seed: int = Field(0, description="Training seed (model init, episodes). The data set uses data_seed.")
-    torch_threads: int | None = Field(1, ge=1, le=256, description="torch.set_num_threads for this run.")
+    torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads (the job's "
+                                      "cpus_per_worker) for this run (ctx.limit_threads); None: the runner's count.")
 
     # --- schedule / protocol ----------------------------------------------------------------------------
     stage: Literal["both", "pretrain", "transfer", "eval"] = Field(

@@ -2,11 +2,17 @@
 
 `KPData.labels(idx)` is the only way to read keypoints / visibility / boxes. Inside `with data.training():`
 reading any novel-class label (novel_train, novel_val, novel_test; and the novel supports when support_shots
-is 0) raises NovelLabelLeak, so a training loop cannot use novel labels by mistake."""
+is 0) raises NovelLabelLeak, so a training loop cannot use novel labels by mistake.
+
+Devices: `build_data` returns the set on the host; a fit moves the data pool (images, keypoints, visibility, boxes)
+to its device once with `KPData.to(device)`. The bookkeeping (class, split, keypoint count per image) stays on the
+host: `index()` returns host index tensors (episode sampling is host work), `take(idx)` / `labels(idx)` gather on
+the pool's device."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -44,7 +50,23 @@ class KPData:
     def k_max(self) -> int:
         return int(self._kps.shape[1])
 
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
+
+    def to(self, device) -> "KPData":
+        """The same set (and guard state) with the data pool on `device`; bookkeeping stays on the host."""
+        device = torch.device(device)
+        return dataclasses.replace(self, images=self.images.to(device), _kps=self._kps.to(device),
+                                   _vis=self._vis.to(device), _bbox=self._bbox.to(device))
+
+    def take(self, idx) -> torch.Tensor:
+        """Images idx (host or device indices) from the pool, on its device."""
+        idx = torch.as_tensor(idx, device="cpu") if not isinstance(idx, torch.Tensor) else idx
+        return self.images[idx.to(self.device, non_blocking=True)]
+
     def index(self, split: str, cls: int | None = None) -> torch.Tensor:
+        """Host indices of the images of `split` (and class `cls`)."""
         m = self.split == SPLIT_IDS[split]
         if cls is not None:
             m &= self.cls == cls
@@ -64,13 +86,15 @@ class KPData:
             self.guarded_splits = old
 
     def labels(self, idx: torch.Tensor):
-        """(keypoints (n, K, 2) px, vis (n, K) bool, bbox (n, 4)); raises NovelLabelLeak in training for novel ids."""
-        idx = torch.as_tensor(idx).reshape(-1)
+        """(keypoints (n, K, 2) px, vis (n, K) bool, bbox (n, 4)) on the pool's device; raises NovelLabelLeak in
+        training for novel ids (checked on the host)."""
+        idx = torch.as_tensor(idx, device="cpu").reshape(-1)
         if self._training:
             bad = [int(i) for i in idx if int(self.split[i]) in self.guarded_splits]
             if bad:
                 raise NovelLabelLeak(f"novel-class labels of images {bad[:5]} read during training")
             self.reads_in_training += len(idx)
+        idx = idx.to(self.device, non_blocking=True)
         return self._kps[idx], self._vis[idx] > 0, self._bbox[idx]
 
 

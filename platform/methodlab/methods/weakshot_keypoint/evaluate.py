@@ -29,7 +29,7 @@ def predict(net, data, idx: torch.Tensor, support, batch: int = 64, polish: dict
     f_s = net.features(s_img[None])
     out_p, out_c = [], []
     for i in range(0, len(idx), batch):
-        q = data.images[idx[i:i + batch]]
+        q = data.take(idx[i:i + batch])
         f_q = net.features(q)
         n = len(q)
         logits = net.match(f_s.expand(n, -1, -1, -1), s_kps[None].expand(n, -1, -1), s_valid[None].expand(n, -1), f_q)
@@ -50,7 +50,7 @@ def polish_positions(k: torch.Tensor, pos: torch.Tensor, r: int, margin: float) 
     q = local_softargmax(k, pos, r, 1e-3)  # ~hard argmax in the window
     def at(p):
         c = p.round().long()
-        return k[torch.arange(b)[:, None], c[..., 1].clamp(0, h - 1), c[..., 0].clamp(0, w - 1)]
+        return k[torch.arange(b, device=k.device)[:, None], c[..., 1].clamp(0, h - 1), c[..., 0].clamp(0, w - 1)]
     gain = at(q) - at(pos)
     return torch.where((gain > margin)[..., None], q, pos)
 
@@ -63,8 +63,8 @@ def fit_assignment(pred: torch.Tensor, gt: torch.Tensor, vis: torch.Tensor, bbox
     norm = bbox[:, 2:].max(-1).values.clamp(min=1e-6)
     d = (pred[:, :, None, :] - gt[:, None, :, :]).norm(dim=-1) / norm[:, None, None]  # (n, A, B)
     v = vis[:, None, :].float()
-    cost = ((d * v).sum(0) / v.sum(0).clamp(min=1)).numpy()
-    cost[:, (vis.sum(0) == 0).numpy()] = 1.0
+    cost = ((d * v).sum(0) / v.sum(0).clamp(min=1)).cpu().numpy()
+    cost[:, (vis.sum(0) == 0).cpu().numpy()] = 1.0
     rows, cols = linear_sum_assignment(cost)
     perm = [0] * gt.shape[1]
     for a, b in zip(rows, cols):

@@ -7,7 +7,10 @@
 - Keyness head K: one logit per cell. Correspondence head R: L2-normalised descriptor per cell.
 
 All positions inside the model are in CELLS; `cells_to_px` / `px_to_cells` are the one conversion
-(cell (i, j) <-> pixel ((j + 0.5) s, (i + 0.5) s))."""
+(cell (i, j) <-> pixel ((j + 0.5) s, (i + 0.5) s)).
+
+Devices: every helper builds its tensors on the device of its inputs. Random window shifts are drawn from the
+caller's generator on ITS device (the training loop's host sampler) and copied to the inputs' device."""
 
 from __future__ import annotations
 
@@ -35,14 +38,15 @@ def sample_at(fmap: torch.Tensor, pts: torch.Tensor) -> torch.Tensor:
     return F.grid_sample(fmap, grid, mode="bilinear", padding_mode="border", align_corners=False)[..., 0].transpose(1, 2)
 
 
-def cell_grid(h: int, w: int) -> torch.Tensor:
-    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij")
+def cell_grid(h: int, w: int, device="cpu") -> torch.Tensor:
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32, device=device),
+                            torch.arange(w, dtype=torch.float32, device=device), indexing="ij")
     return torch.stack([xs, ys], -1).reshape(-1, 2)  # (H*W, 2) [x, y]
 
 
 def soft_argmax(logits: torch.Tensor, h: int, w: int) -> torch.Tensor:
     """logits (..., H*W) -> expected cell [x, y] (..., 2)."""
-    return logits.softmax(-1) @ cell_grid(h, w).to(logits.device)
+    return logits.softmax(-1) @ cell_grid(h, w, logits.device)
 
 
 def window_cells(center: torch.Tensor, r: int, h: int, w: int):
@@ -61,7 +65,8 @@ def local_softargmax(score: torch.Tensor, centers: torch.Tensor, r: int, temp: f
     """Soft-argmax of softmax(score / temp) over the r x r window (cells) centred on round(centers).
     score (B, H, W); centers (B, K, 2) cells -> (B, K, 2) cells, always inside the window (border cells -inf)."""
     b, h, w = score.shape
-    c = centers.round().clamp(torch.tensor([0, 0.0]), torch.tensor([w - 1.0, h - 1.0]))
+    c = centers.round().clamp(torch.tensor([0, 0.0], device=centers.device),
+                              torch.tensor([w - 1.0, h - 1.0], device=centers.device))
     idx, valid, coords = window_cells(c, r, h, w)
     vals = torch.gather(score.reshape(b, 1, -1).expand(b, idx.shape[1], h * w), 2, idx)
     vals = torch.where(valid, vals / temp, torch.full_like(vals, NEG))
@@ -71,23 +76,25 @@ def local_softargmax(score: torch.Tensor, centers: torch.Tensor, r: int, temp: f
 def keyness_window_loss(k: torch.Tensor, kps: torch.Tensor, vis: torch.Tensor, r: int, gen: torch.Generator):
     """L_key: for each visible keypoint, an r x r window (cells) placed with a random offset that contains the
     keypoint's cell; cross-entropy of the keyness logits over the window's in-map cells with the keypoint's cell
-    as target. k (B, H, W); kps (B, K, 2) cells; vis (B, K) bool. Returns (loss, n)."""
+    as target. k (B, H, W); kps (B, K, 2) cells; vis (B, K) bool. Returns (loss, n visible as a 0-d tensor).
+    The shifts come from `gen` on its own device (host sampler) and are copied to k's device."""
     b, h, w = k.shape
     cell = kps.round().long()
     cell[..., 0].clamp_(0, w - 1)
     cell[..., 1].clamp_(0, h - 1)
     half = (r - 1) // 2
-    shift = torch.randint(-half, half + 1, cell.shape, generator=gen)
+    shift = torch.randint(-half, half + 1, cell.shape, generator=gen, device=gen.device).to(k.device, non_blocking=True)
     center = cell + shift  # the keypoint lies at offset -shift from the window centre: inside
     idx, valid, _ = window_cells(center, r, h, w)
     vals = torch.gather(k.reshape(b, 1, -1).expand(b, idx.shape[1], h * w), 2, idx)
     vals = torch.where(valid, vals, torch.full_like(vals, NEG))
     target_pos = (half - shift[..., 1]) * r + (half - shift[..., 0])
     m = vis.reshape(-1)
-    if m.sum() == 0:
-        return k.sum() * 0, 0
+    n = m.sum()
+    if n == 0:
+        return k.sum() * 0, n
     loss = F.cross_entropy(vals.reshape(-1, r * r)[m], target_pos.reshape(-1)[m])
-    return loss, int(m.sum())
+    return loss, n
 
 
 def corr_infonce(desc_i: torch.Tensor, desc_j: torch.Tensor, kp_i, kp_j, both, tau: float):
@@ -112,7 +119,8 @@ def corr_local_target(desc_a, desc_b, pa, pb_center, r: int, tau: float):
     b, d, h, w = desc_b.shape
     q = F.normalize(sample_at(desc_a, pa), dim=-1)  # (B, K, D)
     sim = torch.einsum("bkd,bdn->bkn", q, desc_b.reshape(b, d, -1))  # (B, K, HW)
-    c = pb_center.round().clamp(torch.tensor([0, 0.0]), torch.tensor([w - 1.0, h - 1.0]))
+    c = pb_center.round().clamp(torch.tensor([0, 0.0], device=pb_center.device),
+                                torch.tensor([w - 1.0, h - 1.0], device=pb_center.device))
     idx, valid, coords = window_cells(c, r, h, w)
     vals = torch.gather(sim, 2, idx)
     vals = torch.where(valid, vals / tau, torch.full_like(vals, NEG))
@@ -222,7 +230,7 @@ def pose_loss(logits: torch.Tensor, pos_cells: torch.Tensor, tgt_cells: torch.Te
     """L_pose: CE of the heatmap against a Gaussian (sigma cells) at the target + L1 of the soft-argmax (cells)."""
     if mask.sum() == 0:
         return logits.sum() * 0
-    g = cell_grid(h, w)
+    g = cell_grid(h, w, logits.device)
     d2 = ((g[None, None] - tgt_cells[:, :, None]) ** 2).sum(-1)
     target = torch.softmax(-d2 / (2 * sigma ** 2), -1)
     ce = -(target * logits.log_softmax(-1)).sum(-1)
@@ -245,5 +253,5 @@ def keyness_peaks(k: torch.Tensor, n: int, nms: int = 2) -> torch.Tensor:
             out.append([x, y])
             score[max(0, y - rad):y + rad + 1, max(0, x - rad):x + rad + 1] = NEG
         if len(out) == n:
-            return torch.tensor(out, dtype=torch.float32)
+            return torch.tensor(out, dtype=torch.float32, device=k.device)
     raise ValueError(f"cannot place {n} distinct peaks on a {h}x{w} map")

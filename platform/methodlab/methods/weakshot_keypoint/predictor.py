@@ -83,10 +83,12 @@ def check_bbox(bbox, w: int, h: int, where: str) -> tuple[float, float, float, f
 
 
 def crop_resize(img: np.ndarray, box, size: int) -> torch.Tensor:
+    """The bbox crop resized to size x size, uint8 (S, S, 3), on the host (request decoding)."""
     x, y, bw, bh = box
     t = torch.from_numpy(np.array(img, copy=True)).permute(2, 0, 1).float()[None]
     h, w = img.shape[:2]
-    theta = torch.tensor([[[bw / w, 0, (2 * x + bw) / w - 1], [0, bh / h, (2 * y + bh) / h - 1]]], dtype=torch.float32)
+    theta = torch.tensor([[[bw / w, 0, (2 * x + bw) / w - 1], [0, bh / h, (2 * y + bh) / h - 1]]], dtype=torch.float32,
+                         device="cpu")
     grid = F.affine_grid(theta, (1, 3, size, size), align_corners=False)
     out = F.grid_sample(t, grid, mode="bilinear", padding_mode="border", align_corners=False)
     return out[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8)
@@ -98,16 +100,20 @@ class Predictor:
 
     def __init__(self, cfg: Config, net, size: int, supports: dict, support_shots: int):
         self.cfg, self.net, self.size, self.supports, self.shots = cfg, net.eval(), size, supports, support_shots
+        self.device = next(net.parameters()).device
 
     @classmethod
-    def from_checkpoint(cls, directory) -> "Predictor":
+    def from_checkpoint(cls, directory, device=None) -> "Predictor":
+        """The network and stored supports on `device` (a str or torch.device; None: CPU)."""
         from methodlab.methods.weakshot_keypoint.train import build_net, supports_from_weights
 
+        device = torch.device(device if device is not None else "cpu")
         ck = load_checkpoint(directory, method="weakshot_keypoint")
         cfg = Config.model_validate(ck.config)
-        net = build_net(cfg)
+        with device:
+            net = build_net(cfg)
         net.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("net.")})
-        sup = {f"class_{c}": v for c, v in supports_from_weights(ck.weights).items()}
+        sup = {f"class_{c}": v for c, v in supports_from_weights(ck.weights, device).items()}
         return cls(cfg, net, int(ck.state.get("image_size", cfg.image_size)), sup, int(ck.state.get("support_shots", 1)))
 
     def input_model(self) -> type[BaseModel]:
@@ -196,12 +202,14 @@ class Predictor:
         x0, y0, bw, bh = sbox
         mapped = np.stack([(kp[:, 0] - x0) * self.size / bw, (kp[:, 1] - y0) * self.size / bh], -1)
         s_img = crop_resize(simg, sbox, self.size)
-        return q, (s_img, torch.tensor(mapped, dtype=torch.float32), torch.tensor(vis)), box, \
+        s_kps, s_val = torch.tensor(mapped, dtype=torch.float32, device="cpu"), torch.tensor(vis, device="cpu")
+        return q, (s_img, s_kps, s_val), box, \
             [f"kp{j}" for j in range(len(kp))]
 
     @torch.no_grad()
     def _one(self, q, support, box, names) -> Output:
-        s_img, s_kps, s_val = support
+        q = q.to(self.device)  # the request's tensors move to the predictor's device once
+        s_img, s_kps, s_val = (t.to(self.device) for t in support)
         net = self.net
         f_s, f_q = net.features(s_img[None]), net.features(q[None])
         logits = net.match(f_s, s_kps[None], s_val[None].bool(), f_q)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from methodlab.core.device import set_threads
+
 SEEDS = (0, 1, 2)
 DEV_SEEDS = (10, 11, 12)
 ARMS = {  # arm -> (job file, support_shots)
@@ -53,15 +55,13 @@ def _ctx(out: Path | None):
 
 
 def run_stage1(job: dict) -> dict:
-    import torch
-
     from methodlab.core import load_checkpoint
     from methodlab.methods.weakshot_keypoint.config import Config
     from methodlab.methods.weakshot_keypoint.data import build_data
     from methodlab.methods.weakshot_keypoint.sanity import correspondence_check, keyness_check
     from methodlab.methods.weakshot_keypoint.train import build_net, fit
 
-    torch.set_num_threads(1)
+    set_threads(1)  # the recipe's one thread per process (fit no longer narrows by default)
     cfg = Config(**job["config"])
     build_data(cfg)  # rendering (cached) is excluded from the timed training
     out = Path(job["ckpt"])
@@ -78,12 +78,10 @@ def run_stage1(job: dict) -> dict:
 
 
 def run_arm(job: dict) -> dict:
-    import torch
-
     from methodlab.methods.weakshot_keypoint.config import Config
     from methodlab.methods.weakshot_keypoint.train import fit
 
-    torch.set_num_threads(1)
+    set_threads(1)  # the recipe's one thread per process (fit no longer narrows by default)
     cfg = Config(**job["config"])
     ctx = _ctx(None)
     t0 = time.perf_counter()

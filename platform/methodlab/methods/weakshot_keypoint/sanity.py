@@ -5,7 +5,8 @@
   A Harris corner response (skimage, average-pooled to cells) is ranked in the same windows.
 - correspondence: pairs (I, J) of the same novel class; for each keypoint visible in both, the argmax over J's
   cells of cos(r_I(p_j^I), r_J(.)) is correct if its cell centre lies within 0.1 x max(bbox_J w, h) px of p_j^J.
-  The identity copy p_j^J := p_j^I is scored with the same radius; chance = disc area / image area."""
+  The identity copy p_j^J := p_j^I is scored with the same radius; chance = disc area / image area.
+Windows and pairs are drawn by a host generator (the same draws on every device); scores on the net's device."""
 
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ def harris_cells(images: torch.Tensor, stride: int) -> torch.Tensor:
     from skimage.feature import corner_harris
 
     out = []
-    for im in images.numpy():
+    for im in images.cpu().numpy():
         r = corner_harris(rgb2gray(im), sigma=1.0)
         out.append(torch.from_numpy(r).float())
-    return F.avg_pool2d(torch.stack(out)[:, None], stride)[:, 0]
+    return F.avg_pool2d(torch.stack(out)[:, None], stride)[:, 0].to(images.device)
 
 
 def _topk_hits(score: torch.Tensor, kps_c: torch.Tensor, vis: torch.Tensor, r: int, gen: torch.Generator, top: int = 3):
@@ -34,7 +35,7 @@ def _topk_hits(score: torch.Tensor, kps_c: torch.Tensor, vis: torch.Tensor, r: i
     cell[..., 0].clamp_(0, w - 1)
     cell[..., 1].clamp_(0, h - 1)
     half = (r - 1) // 2
-    shift = torch.randint(-half, half + 1, cell.shape, generator=gen)
+    shift = torch.randint(-half, half + 1, cell.shape, generator=gen, device=gen.device).to(score.device)
     idx, valid, _ = window_cells(cell + shift, r, h, w)
     vals = torch.gather(score.reshape(b, 1, -1).expand(b, idx.shape[1], h * w), 2, idx)
     vals = torch.where(valid, vals, torch.full_like(vals, -float("inf")))
@@ -48,18 +49,18 @@ def _topk_hits(score: torch.Tensor, kps_c: torch.Tensor, vis: torch.Tensor, r: i
 @torch.no_grad()
 def keyness_check(net, data, r: int, seed: int = 0) -> dict:
     net.eval()
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     hits, chance, harris = [], [], []
     for c in data.novel_classes:
         idx = data.index("novel_test", c)
         kps, vis, _ = data.labels(idx)
         kc = data.k_of_class[c]
         kps, vis = kps[:, :kc], vis[:, :kc]
-        k, _ = net.heads(net.features(data.images[idx]))
+        k, _ = net.heads(net.features(data.take(idx)))
         st = gen.get_state()
         h1, ch = _topk_hits(k, px_to_cells(kps, net.stride), vis, r, gen)
         gen.set_state(st)  # the same windows for Harris
-        h2, _ = _topk_hits(harris_cells(data.images[idx], net.stride), px_to_cells(kps, net.stride), vis, r, gen)
+        h2, _ = _topk_hits(harris_cells(data.take(idx), net.stride), px_to_cells(kps, net.stride), vis, r, gen)
         hits.append(h1)
         chance.append(ch)
         harris.append(h2)
@@ -70,17 +71,18 @@ def keyness_check(net, data, r: int, seed: int = 0) -> dict:
 @torch.no_grad()
 def correspondence_check(net, data, pairs_per_class: int = 200, seed: int = 0, radius: float = 0.1) -> dict:
     net.eval()
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     hits, ident = [], []
     size = data.size
     for c in data.novel_classes:
         idx = data.index("novel_test", c)
         kc = data.k_of_class[c]
         kps, vis, bbox = data.labels(idx)
-        _, desc = net.heads(net.features(data.images[idx]))
+        _, desc = net.heads(net.features(data.take(idx)))
         b, d, h, w = desc.shape
-        a = torch.randint(len(idx), (pairs_per_class,), generator=gen)
-        o = (a + 1 + torch.randint(len(idx) - 1, (pairs_per_class,), generator=gen)) % len(idx)
+        a = torch.randint(len(idx), (pairs_per_class,), generator=gen, device="cpu")
+        o = (a + 1 + torch.randint(len(idx) - 1, (pairs_per_class,), generator=gen, device="cpu")) % len(idx)
+        a, o = a.to(desc.device), o.to(desc.device)
         q = F.normalize(sample_at(desc[a], px_to_cells(kps[a, :kc], net.stride)), dim=-1)  # (P, K, D)
         sim = torch.einsum("pkd,pdn->pkn", q, desc[o].reshape(pairs_per_class, d, -1))
         arg = sim.argmax(-1)
@@ -90,7 +92,8 @@ def correspondence_check(net, data, pairs_per_class: int = 200, seed: int = 0, r
         both = vis[a, :kc] & vis[o, :kc]
         hits.append(((pred - kps[o, :kc]).norm(dim=-1) <= rad)[both].float())
         ident.append(((kps[a, :kc] - kps[o, :kc]).norm(dim=-1) <= rad)[both].float())
-    mean_box = float(data._bbox[data.split == 3][:, 2:].max(-1).values.mean()) if (data.split == 3).any() else size
+    test = (data.split == 3).to(data.device)
+    mean_box = float(data._bbox[test][:, 2:].max(-1).values.mean()) if bool(test.any()) else size
     return {"corr_top1": float(torch.cat(hits).mean()), "identity_copy": float(torch.cat(ident).mean()),
             "corr_chance": math.pi * (radius * mean_box) ** 2 / size ** 2, "n": int(torch.cat(hits).numel())}
 

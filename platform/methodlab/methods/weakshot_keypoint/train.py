@@ -8,12 +8,19 @@ transfer: lambda_kt L_kt + lambda_ct (L_ct + L_cs); naive: L_st on the raw gated
 Stage "eval" trains nothing (the base-only baseline is a stage-1 checkpoint evaluated here).
 Novel labels are behind the data guard for the whole training loop. With world_size > 1 each rank draws its own
 episodes and pseudo-labels its shard of novel images; gradients and the BatchNorm running statistics are averaged
-over ranks after every step (the role SyncBatchNorm has in the spec: torch's SyncBatchNorm needs an accelerator and
-this version keeps its tensors on the CPU), so every rank holds the same weights and EMA teacher."""
+over ranks after every step (ctx.all_reduce, float32 on ctx.device; the role SyncBatchNorm has in the spec: it works
+at every device and needs no DDP, which would not see the parts features / match / heads the losses call), so every
+rank holds the same weights and EMA teacher.
+
+Devices and precision: the network, the EMA teacher, the data pool (images, keypoints), supports and pseudo labels
+live on ctx.device. Episodes (classes, image pairs, window shifts) are drawn by a host torch.Generator and copied to
+the device, so the draws are the same on every device and CPU results are unchanged. The network's parts run under
+ctx.autocast(); their outputs are cast to float32 before the soft-argmax decoding and the losses. Loss parts stay
+on the device until a report reads them."""
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import time
 from pathlib import Path
 
@@ -33,7 +40,18 @@ SLUG = "weakshot_keypoint"
 
 
 def build_net(cfg: Config) -> KeypointNet:
+    """The network on the current default device (build it under ctx.init_module() / torch.device)."""
     return KeypointNet(cfg.channels, cfg.embed, cfg.stride, cfg.match_layers, cfg.conf_radius)
+
+
+def clone_net(cfg: Config, net: KeypointNet, ctx: RunContext) -> KeypointNet:
+    """A copy of `net` on ctx.device (the EMA teacher): a fresh build + load_state_dict rather than deepcopy, so a
+    student backbone compiled in place never shares its compiled call with the copy. The build's default init
+    draws are taken from a forked RNG: the run's random streams are the same as with a deepcopy."""
+    with torch.random.fork_rng(devices=[ctx.device] if ctx.device.type == "cuda" else []), ctx.init_module():
+        twin = build_net(cfg)
+    twin.load_state_dict(net.state_dict())
+    return twin.train(net.training)
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -55,7 +73,7 @@ def real_supports(data: KPData) -> dict:
         i = data.index("novel_support", c)[:1]
         kps, vis, _ = data.labels(i)
         kc = data.k_of_class[c]
-        out[c] = (data.images[i[0]], kps[0, :kc], vis[0, :kc])
+        out[c] = (data.take(i)[0], kps[0, :kc], vis[0, :kc])
     return out
 
 
@@ -69,7 +87,7 @@ def pseudo_supports(net: KeypointNet, data: KPData, candidates: int = 20, nms: i
     for c in data.novel_classes:
         idx = data.index("novel_train", c)[:candidates]
         kc = data.k_of_class[c]
-        k, _ = net.heads(net.features(data.images[idx]))
+        k, _ = net.heads(net.features(data.take(idx)))
         best = None
         for b in range(len(idx)):
             peaks = keyness_peaks(k[b], kc, nms)
@@ -77,7 +95,8 @@ def pseudo_supports(net: KeypointNet, data: KPData, candidates: int = 20, nms: i
             if best is None or score > best[0]:
                 best = (score, b, peaks)
         _, b, peaks = best
-        out[c] = (data.images[idx[b]], cells_to_px(peaks, net.stride), torch.ones(kc, dtype=torch.bool))
+        out[c] = (data.take(idx[b:b + 1])[0], cells_to_px(peaks, net.stride),
+                  torch.ones(kc, dtype=torch.bool, device=k.device))
     net.train(was)
     return out
 
@@ -103,37 +122,40 @@ def run_eval(cfg: Config, net, data, supports) -> dict:
 
 # ------------------------------------------------------------------------------------------- episodes
 def base_episode(data: KPData, by_class: dict, n: int, gen: torch.Generator):
+    """n (support, query) pairs of base classes, drawn on the host by `gen`; images and labels on the pool's device."""
     classes = list(by_class)
-    cs = torch.randint(len(classes), (n,), generator=gen)
+    cs = torch.randint(len(classes), (n,), generator=gen, device="cpu")
     s_idx, q_idx = [], []
     for ci in cs.tolist():
         pool = by_class[classes[ci]]
-        a, b = torch.randperm(len(pool), generator=gen)[:2].tolist()
+        a, b = torch.randperm(len(pool), generator=gen, device="cpu")[:2].tolist()
         s_idx.append(int(pool[a]))
         q_idx.append(int(pool[b]))
-    s_idx, q_idx = torch.tensor(s_idx), torch.tensor(q_idx)
+    s_idx, q_idx = torch.tensor(s_idx, device="cpu"), torch.tensor(q_idx, device="cpu")
     s_kps, s_vis, _ = data.labels(s_idx)
     q_kps, q_vis, _ = data.labels(q_idx)
-    return data.images[s_idx], s_kps, s_vis, data.images[q_idx], q_kps, q_vis
+    return data.take(s_idx), s_kps, s_vis, data.take(q_idx), q_kps, q_vis
 
 
-def base_losses(cfg: Config, net: KeypointNet, ep, gen):
+def base_losses(cfg: Config, net: KeypointNet, ep, gen, amp=contextlib.nullcontext):
+    """L_pose + w_key L_key + w_corr L_corr of a base episode; the parts are detached device tensors. The network
+    runs under `amp()` (ctx.autocast); decoding and losses in float32."""
     s_img, s_kps, s_vis, q_img, q_kps, q_vis = ep
     n = len(s_img)
-    f = net.features(torch.cat([s_img, q_img]))
-    f_s, f_q = f[:n], f[n:]
+    with amp():
+        f = net.features(torch.cat([s_img, q_img]))
+        logits = net.match(f[:n], s_kps, s_vis, f[n:])
+        k, desc = net.heads(f)
+    logits, k, desc = logits.float(), k.float(), desc.float()
     h, w = f.shape[-2:]
-    logits = net.match(f_s, s_kps, s_vis, f_q)
     pos, _ = net.decode(logits, h, w)
     both = s_vis & q_vis
     q_c, s_c = px_to_cells(q_kps, net.stride), px_to_cells(s_kps, net.stride)
     l_pose = pose_loss(logits, pos, q_c, both.float(), h, w, cfg.heatmap_sigma)
-    k, desc = net.heads(f)
     l_key, _ = keyness_window_loss(k, torch.cat([s_c, q_c]), torch.cat([s_vis, q_vis]), cfg.window, gen)
     l_corr = corr_infonce(desc[:n], desc[n:], s_c, q_c, both, cfg.tau_c)
     loss = l_pose + cfg.w_key * l_key + cfg.w_corr * l_corr
-    return loss, {"train/l_pose": float(l_pose.detach()), "train/l_key": float(l_key.detach()),
-                  "train/l_corr": float(l_corr.detach())}
+    return loss, {"train/l_pose": l_pose.detach(), "train/l_key": l_key.detach(), "train/l_corr": l_corr.detach()}
 
 
 @torch.no_grad()
@@ -147,14 +169,16 @@ def refresh_pseudo(teacher, data, supports, rank: int, world: int) -> dict:
     return out
 
 
-def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs: int, gen):
+def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs: int, gen, amp=contextlib.nullcontext):
+    """Stage-2 loss on n_pairs novel (I, J) pairs drawn on the host by `gen`; parts are detached device tensors.
+    The network runs under `amp()` (ctx.autocast); decoding and losses in float32."""
     classes = list(pseudo)
-    cs = [classes[i] for i in torch.randint(len(classes), (n_pairs,), generator=gen).tolist()]
+    cs = [classes[i] for i in torch.randint(len(classes), (n_pairs,), generator=gen, device="cpu").tolist()]
     k_max = max(data.k_of_class[c] for c in classes)
     ii, jj, phi, phj, ci, cj, sup_img, sup_kps, sup_val, kmask = [], [], [], [], [], [], [], [], [], []
     for c in cs:
         idx, ph, conf = pseudo[c]
-        a, b = torch.randperm(len(idx), generator=gen)[:2].tolist()
+        a, b = torch.randperm(len(idx), generator=gen, device="cpu")[:2].tolist()
         kc = data.k_of_class[c]
         pad = k_max - kc
 
@@ -170,35 +194,41 @@ def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs:
         sup_img.append(s_img)
         sup_kps.append(padk(s_kps))
         sup_val.append(padk(s_val, False) if pad else s_val)
-        kmask.append(torch.arange(k_max) < kc)
+        kmask.append(torch.arange(k_max, device=ph.device) < kc)
     ii, jj = torch.stack(ii), torch.stack(jj)
     phi, phj, ci, cj = torch.stack(phi), torch.stack(phj), torch.stack(ci), torch.stack(cj)
     sup_img, sup_kps, sup_val, kmask = torch.stack(sup_img), torch.stack(sup_kps), torch.stack(sup_val), torch.stack(kmask)
     n = len(cs)
-    f = net.features(torch.cat([data.images[ii], data.images[jj], sup_img]))
-    f_i, f_j, f_s = f[:n], f[n:2 * n], f[2 * n:]
+    naive = cfg.stage2_mode == "naive"
+    with amp():
+        f = net.features(torch.cat([data.take(ii), data.take(jj), sup_img]))
+        f_i, f_j, f_s = f[:n], f[n:2 * n], f[2 * n:]
+        logits_i = net.match(f_s, sup_kps, sup_val, f_i)
+        logits_j = net.match(f_s, sup_kps, sup_val, f_j)
+        if not naive:
+            with torch.no_grad():  # K and R are transferred, not trained on novel images
+                k, desc = net.heads(f[:2 * n])
     h, w = f.shape[-2:]
-    p_i, _ = net.decode(net.match(f_s, sup_kps, sup_val, f_i), h, w)
-    p_j, _ = net.decode(net.match(f_s, sup_kps, sup_val, f_j), h, w)
+    p_i, _ = net.decode(logits_i.float(), h, w)
+    p_j, _ = net.decode(logits_j.float(), h, w)
     gi = (ci >= cfg.conf_threshold) & kmask & sup_val
     gj = (cj >= cfg.conf_threshold) & kmask & sup_val
-    parts = {"train/gate_frac": float(torch.cat([gi, gj]).float().sum() / kmask.float().sum().clamp(min=1) / 2)}
-    zero = f.sum() * 0
-    if cfg.stage2_mode == "naive":
+    parts = {"train/gate_frac": (torch.cat([gi, gj]).float().sum() / kmask.float().sum().clamp(min=1) / 2).detach()}
+    zero = f.float().sum() * 0
+    if naive:
         l_st = ((ci * (p_i - phi).abs().sum(-1) * gi).sum() + (cj * (p_j - phj).abs().sum(-1) * gj).sum()) \
             / (gi.sum() + gj.sum()).clamp(min=1)
-        parts["train/l_st"] = float(l_st.detach())
+        parts["train/l_st"] = l_st.detach()
         return l_st, parts
     loss = zero
-    k, desc = net.heads(f[:2 * n])
-    k, desc = k.detach(), desc.detach()  # K and R are transferred, not trained on novel images
+    k, desc = k.detach().float(), desc.detach().float()
     if cfg.lambda_kt > 0:
         q_i = local_softargmax(k[:n], phi, cfg.window, cfg.keyness_temp)
         q_j = local_softargmax(k[n:], phj, cfg.window, cfg.keyness_temp)
         l_kt = ((ci * (p_i - q_i).abs().sum(-1) * gi).sum() + (cj * (p_j - q_j).abs().sum(-1) * gj).sum()) \
             / (gi.sum() + gj.sum()).clamp(min=1)
         loss = loss + cfg.lambda_kt * l_kt
-        parts["train/l_kt"] = float(l_kt.detach())
+        parts["train/l_kt"] = l_kt.detach()
     if cfg.lambda_ct > 0:
         d_i, d_j = desc[:n], desc[n:]
         v_j = corr_local_target(d_i, d_j, phi, phj, cfg.corr_window, cfg.tau_c)
@@ -212,9 +242,9 @@ def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs:
             s = 0.5 * (1 + (F.normalize(sample_at(d_i, p_i), dim=-1) * F.normalize(sample_at(d_j, p_j), dim=-1)).sum(-1))
             l_cs = -(wgt * s.clamp(min=1e-6).log() * both).sum() / both.sum().clamp(min=1)
             l_corr = l_corr + l_cs
-            parts["train/l_cs"] = float(l_cs.detach())
+            parts["train/l_cs"] = l_cs.detach()
         loss = loss + cfg.lambda_ct * l_corr
-        parts["train/l_ct"] = float(l_ct.detach())
+        parts["train/l_ct"] = l_ct.detach()
     return loss, parts
 
 
@@ -226,26 +256,21 @@ def ema_update(teacher, student, decay: float):
         bt.copy_(bs)
 
 
-def _allreduce_grads(net, world: int):
+def _allreduce_grads(net, ctx: RunContext):
     """Average gradients over ranks (and, without SyncBatchNorm, the BatchNorm running statistics) so every rank
-    takes the same step and the EMA teachers stay identical."""
-    import torch.distributed as dist
-
+    takes the same step and the EMA teachers stay identical (float32 tensors on ctx.device)."""
     for p in net.parameters():
         if p.grad is not None:
-            dist.all_reduce(p.grad)
-            p.grad /= world
+            ctx.all_reduce(p.grad, op="mean")
     for name, b in net.named_buffers():
         if b.is_floating_point() and ("running_mean" in name or "running_var" in name):
-            dist.all_reduce(b)
-            b /= world
+            ctx.all_reduce(b, op="mean")
 
 
-def _broadcast_params(net):
-    import torch.distributed as dist
-
-    for t in list(net.parameters()) + list(net.buffers()):
-        dist.broadcast(t.data, 0)
+def _broadcast_params(net, ctx: RunContext):
+    """Rank 0's parameters and floating-point buffers on every rank."""
+    for t in list(net.parameters()) + [b for b in net.buffers() if b.is_floating_point()]:
+        ctx.broadcast(t.data, 0)
 
 
 # ------------------------------------------------------------------------------------------- fit
@@ -258,25 +283,27 @@ def _supports_to_weights(supports: dict) -> dict:
     return w
 
 
-def supports_from_weights(weights: dict) -> dict:
+def supports_from_weights(weights: dict, device=None) -> dict:
+    """class -> (image, keypoints px, valid) from checkpoint weights, on `device` (None: where they are)."""
     out = {}
     for k in weights:
         if k.startswith("support.") and k.endswith(".image"):
             c = int(k.split(".")[1])
-            out[c] = (weights[k], weights[f"support.{c}.kps"], weights[f"support.{c}.valid"].bool())
+            sup = (weights[k], weights[f"support.{c}.kps"], weights[f"support.{c}.valid"].bool())
+            out[c] = tuple(t.to(device) for t in sup) if device is not None else sup
     return out
 
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+    ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)  # the same initial weights on every rank; episodes differ through `gen`
     t0 = time.perf_counter()
-    data = build_data(cfg)
+    data = build_data(cfg).to(ctx.device)  # the data pool on the device (bookkeeping on the host)
     t_data = time.perf_counter() - t0
-    net = build_net(cfg)
+    with ctx.init_module():
+        net = build_net(cfg)
     world, rank = max(1, ctx.world_size), ctx.rank
-    gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7919 + rank)  # host episode sampler (module doc)
     by_class = {c: data.index("base", c) for c in data.base_classes}
     s1_total = cfg.stage1_steps if cfg.stage in ("both", "pretrain") else 0
     s2_total = cfg.stage2_steps if cfg.stage in ("both", "transfer") else 0
@@ -288,10 +315,10 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         step = int(ck.state["step"])
         info.update(ck.state.get("info", {}))
         if any(n.startswith("ema.") for n in ck.weights):
-            teacher = copy.deepcopy(net)
+            teacher = clone_net(cfg, net, ctx)
             teacher.load_state_dict({n[4:]: v for n, v in ck.weights.items() if n.startswith("ema.")})
         if ck.state.get("supports_fixed"):
-            supports = supports_from_weights(ck.weights)
+            supports = supports_from_weights(ck.weights, ctx.device)
         lr = cfg.lr if step < s1_total else (cfg.lr_stage2 or cfg.lr)
         opt = torch.optim.Adam(net.parameters(), lr=lr)
         if ck.torch_state and "opt" in ck.torch_state:
@@ -304,9 +331,11 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         info["init_from"] = str(ck.path)
         if cfg.stage == "eval" and cfg.support_shots == 0 and ck.state.get("supports_fixed") \
                 and ck.state.get("support_shots") == 0:
-            supports = supports_from_weights(ck.weights)  # a stage-2 no-support checkpoint: its own pseudo-supports
+            supports = supports_from_weights(ck.weights, ctx.device)  # a stage-2 no-support checkpoint's own
     if world > 1:
-        _broadcast_params(net)
+        _broadcast_params(net, ctx)
+    if ctx.compile:  # training calls the network's parts (features / match / heads), not forward: compile the
+        net.backbone.compile()  # backbone (the bulk of the compute) in place, so state_dict names stay as they are
     if opt is None:
         opt = torch.optim.Adam(net.parameters(), lr=cfg.lr if s1_total else (cfg.lr_stage2 or cfg.lr))
 
@@ -331,6 +360,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         return write
 
     def report(extra: dict, final: bool, save: bool):
+        extra = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in extra.items()}  # read here
         m = {"step": step, "stage2_step": max(0, step - s1_total), **extra, "time/s": time.perf_counter() - t0}
         m.update(run_eval(cfg, net, data, cur_supports()))
         ctx.report(m, checkpoint=writer(final) if (save and ctx.is_main) or final else None)
@@ -345,17 +375,17 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         t1 = time.perf_counter()
         while step < s1_total:
             net.train()
-            loss, parts = base_losses(cfg, net, base_episode(data, by_class, cfg.batch_pairs, gen), gen)
+            loss, parts = base_losses(cfg, net, base_episode(data, by_class, cfg.batch_pairs, gen), gen, ctx.autocast)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            ctx.backward(loss)
             if world > 1:
-                _allreduce_grads(net, world)
-            opt.step()
+                _allreduce_grads(net, ctx)
+            ctx.optimizer_step(opt)
             step += 1
             if step % cfg.log_every == 0 or step == s1_total:
                 info["t_stage1"] = info.get("t_stage1", 0.0) + time.perf_counter() - t1
                 with _released(data):
-                    report({"stage": 1, "train/loss": float(loss.detach()), **parts}, step == total,
+                    report({"stage": 1, "train/loss": loss.detach(), **parts}, step == total,
                            step % cfg.checkpoint_every == 0 or step == s1_total)
                 t1 = time.perf_counter()
         if s2_total == 0:
@@ -365,7 +395,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if supports is None:
             supports = cur_supports()  # fixed for stage 2 (pseudo-supports from the stage-1 model)
         if teacher is None:
-            teacher = copy.deepcopy(net)
+            teacher = clone_net(cfg, net, ctx)
             opt = torch.optim.Adam(net.parameters(), lr=cfg.lr_stage2 or cfg.lr)
         for p in teacher.parameters():
             p.requires_grad_(False)
@@ -380,20 +410,20 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             if pseudo is None or s2 % cfg.pseudo_refresh_every == 0:
                 pseudo = refresh_pseudo(teacher, data, supports, rank, world)
             net.train()
-            l_base, parts = base_losses(cfg, net, base_episode(data, by_class, cfg.batch_pairs, gen), gen)
-            l_nov, p2 = novel_losses(cfg, net, data, supports, pseudo, cfg.novel_pairs, gen)
+            l_base, parts = base_losses(cfg, net, base_episode(data, by_class, cfg.batch_pairs, gen), gen, ctx.autocast)
+            l_nov, p2 = novel_losses(cfg, net, data, supports, pseudo, cfg.novel_pairs, gen, ctx.autocast)
             loss = l_base + l_nov
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            ctx.backward(loss)
             if world > 1:
-                _allreduce_grads(net, world)
-            opt.step()
+                _allreduce_grads(net, ctx)
+            ctx.optimizer_step(opt)
             ema_update(teacher, net, cfg.ema_decay)
             step += 1
             if (step - s1_total) % cfg.log_every == 0 or step == total:
                 info["t_stage2"] = info.get("t_stage2", 0.0) + time.perf_counter() - t2
                 with _released(data):
-                    report({"stage": 2, "train/loss": float(loss.detach()), **parts, **p2}, step == total,
+                    report({"stage": 2, "train/loss": loss.detach(), **parts, **p2}, step == total,
                            step % cfg.checkpoint_every == 0 or step == total)
                 t2 = time.perf_counter()
     return ctx.history[-1]

@@ -20,6 +20,20 @@ JOB = "jobs/grokking_flatness/cpu.yaml"
 
 
 @pytest.mark.ray
+
+def interrupt_when(proc, ready, log: Path, what: str) -> float:
+    """Wait until `ready()` (the process still running), send SIGINT, wait for the exit; seconds it took."""
+    wait_for(lambda: ready() or proc.poll() is not None, 300, every=0.2, what=what)
+    assert proc.poll() is None, log.read_text()[-3000:]
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(30)
+    finally:
+        took = time.time() - sent
+    return took
+
+
 def test_sigint_stops_a_train_run_within_10s_keeping_its_checkpoint(ray_cluster, tmp_path):
     # ray_cluster: the suite's own embedded Ray, a second Ray instance on this machine during the run
     tmp = ray_tmpdir()
@@ -29,15 +43,8 @@ def test_sigint_stops_a_train_run_within_10s_keeping_its_checkpoint(ray_cluster,
     metrics = tmp_path / "sig" / "metrics.jsonl"
     proc = spawn(*args, env=cli_env(tmp), log=log)
     try:
-        wait_for(lambda: any(r.get("_checkpoint") for r in jsonl(metrics)) or proc.poll() is not None, 300,
-                 every=0.2, what="the run's first checkpoint")
-        assert proc.poll() is None, log.read_text()[-3000:]
-        sent = time.time()
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        finally:
-            took = time.time() - sent
+        took = interrupt_when(proc, lambda: any(r.get("_checkpoint") for r in jsonl(metrics)), log,
+                              "the run's first checkpoint")
         try:  # the run's Ray went with it (its processes are found by their temp dir)
             wait_for(lambda: not ray_procs(tmp), 20, what="the run's Ray processes to exit")
             left = 0
@@ -117,15 +124,7 @@ def test_sigint_stops_a_sweep_within_10s_keeping_its_state(tmp_path):
     proc = spawn("tune", "run", str(space), "--name", "sw", "--storage", str(tmp_path / "store"), env=cli_env(tmp),
                  log=log)
     try:
-        wait_for(lambda: list(sweep.glob("*/checkpoint_*")) or proc.poll() is not None, 300, every=0.2,
-                 what="a trial's first checkpoint")
-        assert proc.poll() is None, log.read_text()[-3000:]
-        sent = time.time()
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        finally:
-            took = time.time() - sent
+        took = interrupt_when(proc, lambda: list(sweep.glob("*/checkpoint_*")), log, "a trial's first checkpoint")
     finally:
         if proc.poll() is None:
             proc.kill()

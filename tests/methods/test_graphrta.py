@@ -187,6 +187,38 @@ def test_grl_reverses_source_and_known_terms_only(form):
         assert torch.allclose(a, p.grad, atol=1e-6)
 
 
+# ------------------------------------------------------------------------------------ data parallel shares
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("unk", ["balanced", "binary", "unknown_only"])
+@pytest.mark.parametrize("form", ["grl2", "grl3"])
+def test_rank_shares_average_to_the_whole_batch_loss_and_gradient(world, unk, form):
+    """Data parallel: each rank's loss is its share of the nodes (maths.Part over ctx.shard's strided positions,
+    uneven shards included); with the same draws on every rank, the mean over the ranks of the losses and of the
+    gradients is the one-worker loss and gradient (the mixup pairs too)."""
+    torch.manual_seed(0)
+    ns, nt, k = 11, 13, 3
+    head, disc = torch.nn.Linear(5, k + 1), torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    params = [*head.parameters(), *disc.parameters()]
+    z_s, z_t, y = torch.randn(ns, 5), torch.randn(nt, 5), torch.randint(0, k, (ns,))
+    w = torch.rand(nt)
+
+    def loss_and_grad(part_s, part_t):
+        gen = torch.Generator().manual_seed(5)  # every rank makes the one worker's draws
+        lo_t = head(z_t)
+        loss = (maths.cls_loss(head(z_s), z_s, y, head, gen=gen, part=part_s)
+                + maths.unknown_loss(lo_t, w, unk, part_t) + maths.entropy_loss(lo_t, part_t)
+                + maths.adv_loss(disc, z_s, z_t, w, form=form, part_s=part_s, part_t=part_t)
+                + maths.ce(head(z_s), y, part_s))
+        return loss.detach(), torch.autograd.grad(loss, params)
+
+    whole, g_whole = loss_and_grad(None, None)
+    shares = [loss_and_grad(maths.Part(torch.arange(r, ns, world), ns, world),
+                            maths.Part(torch.arange(r, nt, world), nt, world)) for r in range(world)]
+    assert torch.allclose(sum(s[0] for s in shares) / world, whole, rtol=1e-6, atol=1e-6)
+    for i, g in enumerate(g_whole):
+        assert torch.allclose(sum(s[1][i] for s in shares) / world, g, rtol=1e-5, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------------------- (v) CSBM
 def test_csbm_sampler_matches_targets_and_pyg_reference():
     from torch_geometric.utils import stochastic_blockmodel_graph

@@ -355,3 +355,42 @@ def test_predictor_plan_output_and_domain_errors(smoke_root):
                dict(task="sample", n=5000), dict(task="sample", steps=0), dict(source=[[0.0] * 65] * 2)):
         with pytest.raises(ValidationError):
             Input(**kw)
+
+
+# ---- data parallel (issue 43): cfm shards every minibatch; plan and flow refuse num_workers > 1 ------------
+def test_cfm_shards_average_to_the_whole_minibatch_gradient():
+    """Two ranks' cfm_loss (same generator state: the same t and noise, each its shard; B odd so the shards
+    differ by one) averaged as DDP does = the one-worker loss and gradient."""
+    from methodlab.methods.min_swgg.cfm import VectorField, cfm_loss
+
+    torch.manual_seed(0)
+    v = VectorField(2, 16)
+    x0, x1 = torch.randn(31, 2), torch.randn(31, 2) + 1.0
+
+    def run(ctx):
+        v.zero_grad()
+        loss = cfm_loss(v, x0, x1, 0.05, torch.Generator().manual_seed(3), ctx)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in v.parameters()]
+
+    whole, g1 = run(None)
+    assert torch.equal(run(RunContext())[0], whole)  # world size 1: the very same loss
+    parts = [run(RunContext(rank=r, world_size=2)) for r in (0, 1)]
+    assert torch.allclose((parts[0][0] + parts[1][0]) / 2, whole, rtol=1e-6)
+    for a, b, g in zip(parts[0][1], parts[1][1], g1):
+        assert torch.allclose((a + b) / 2, g, rtol=1e-5, atol=1e-7)
+
+
+def test_plan_and_flow_refuse_data_parallel():
+    from methodlab.core import ConfigError
+    from methodlab.methods.min_swgg.train import fit
+    from methodlab.specs.files import load_job
+    from tests.conftest import REPO
+
+    for job in ("plan.yaml", "flow.yaml"):
+        with pytest.raises(ConfigError, match="num_workers"):
+            load_job(str(REPO / "jobs/min_swgg" / job), overrides=["scaling.num_workers=2"])
+    load_job(str(REPO / "jobs/min_swgg/cfm.yaml"), overrides=["scaling.num_workers=2"])  # cfm is data-parallel
+    for task in ("plan", "flow"):  # the same tasks through the default setting `train`: refused in fit
+        with pytest.raises(ConfigError, match="data-parallel"):
+            fit(Config(task=task), RunContext(rank=0, world_size=2))

@@ -445,3 +445,19 @@ def test_shift_augmentation_translates_with_zero_fill_and_both_paths_see_it():
     a, b = fit(cfg, RunContext(quiet=True)), fit(cfg, RunContext(quiet=True))
     assert a["eval/balanced_acc"] == b["eval/balanced_acc"] and a["check/step0_max_diff"] == 0.0
     assert a["check/merge_max_diff"] <= 1e-5 and "train/lowrank_rel" in a and "eval/gen_balanced_acc" in a
+
+
+def test_data_parallel_shifts_are_the_global_batch_draw_sharded():
+    """One worker: draw_shifts + apply_shifts is shift_augment (same draws, same images). Two workers: each rank
+    draws the global batch's shifts (same generator) and shards them with the indices, so the ranks' augmented
+    shards make up the 1-worker batch."""
+    from methodlab.methods.more_longtail.train import apply_shifts, draw_shifts, shift_augment
+
+    x = torch.rand(9, 8, 8)
+    ref = shift_augment(x, 2, torch.Generator().manual_seed(3))
+    assert torch.equal(apply_shifts(x, draw_shifts(9, 2, torch.Generator().manual_seed(3)), 2), ref)
+    idx = torch.arange(9)
+    for rank in (0, 1):
+        ctx = RunContext(rank=rank, world_size=2)
+        ib, sh = ctx.shard(idx, draw_shifts(9, 2, torch.Generator().manual_seed(3)))
+        assert torch.equal(apply_shifts(x[ib], sh, 2), ref[rank::2])

@@ -391,3 +391,33 @@ def test_spread_subset_keeps_sequences_from_the_whole_split():
     full = build_data(Config.model_validate({k: v for k, v in kw.items() if k != "max_train_sequences"})).train.seqs
     assert len(first) == len(spread) == 6
     assert np.array_equal(spread[-1][0], full[-1][0]) and not np.array_equal(first[-1][0], full[-1][0])
+
+
+# ---- data parallel (issue 43) ----------------------------------------------------------------------------
+@pytest.mark.parametrize("over", [{}, {"loss_weighting": "batch_balanced", "survival": True}, {"model": "lognormmix"}])
+def test_shard_losses_average_to_the_whole_batch(over):
+    """Two ranks' shards of one global batch, each normalised by the global batch's target count (and its mark
+    counts under batch_balanced), averaged as DDP does = the one-worker loss and gradient (double backward)."""
+    from methodlab.core import RunContext
+    from methodlab.methods.mtpp_threshold.data import batches, build_data, n_targets, take
+    from methodlab.methods.mtpp_threshold.train import batch_loss, build_model, mark_counts
+
+    cfg = Config.model_validate({**Config.smoke, **over})
+    data = build_data(cfg, torch.device("cpu"))
+    torch.manual_seed(0)
+    model = build_model(cfg, data.n_marks)
+    idx = next(batches(data.train.marks.shape[0], 17, 0, 0))  # odd: shards of 9 and 8 sequences
+
+    def run(rows, **kw):
+        model.zero_grad()
+        loss = batch_loss(model, *take(data.train, rows), data.stats, cfg, **kw)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    whole, g1 = run(idx)
+    gm, _, gmask, _ = take(data.train, idx)
+    kw = {"norm": n_targets(data.train, idx) / 2, "counts": mark_counts(gm, gmask, model.M)}
+    parts = [run(RunContext(rank=r, world_size=2).shard(idx), **kw) for r in (0, 1)]
+    assert torch.allclose((parts[0][0] + parts[1][0]) / 2, whole, rtol=1e-5)
+    for a, b, g in zip(parts[0][1], parts[1][1], g1):
+        assert torch.allclose((a + b) / 2, g, rtol=1e-4, atol=1e-6)

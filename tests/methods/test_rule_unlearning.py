@@ -248,3 +248,18 @@ def test_smollm2_showcase_reduced(tmp_path):
     for k in ("eval/forget_refusal", "eval/neighbour_acc", "eval/retain_acc", "base/retain_acc"):
         assert 0.0 <= h1[k] <= 1.0
     assert h0["rs/examples"] == 4 + 8
+
+
+def test_data_parallel_prompt_shards_make_up_the_global_draw():
+    """Every rank draws the step's prompts with the same seed and takes its ctx.shard: the shards of two ranks are
+    the 1-worker list, nothing twice (the rollouts of each prompt then stay on its rank)."""
+    from methodlab.core import RunContext
+    from methodlab.methods.rule_unlearning.train import sample_prompts
+
+    cfg = Config(prompts_per_step=7)
+    records = [{"prompt": f"p{i}", "kind": "reject" if i < 5 else "normal", "answer": "a", "target": "t"}
+               for i in range(20)]
+    one = sample_prompts(cfg, records, 3, RunContext())
+    parts = [sample_prompts(cfg, records, 3, RunContext(rank=r, world_size=2)) for r in (0, 1)]
+    assert len(one) == 7 and [len(p) for p in parts] == [4, 3]
+    assert parts[0] == one[0::2] and parts[1] == one[1::2]

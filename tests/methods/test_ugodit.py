@@ -187,13 +187,6 @@ def test_fit_resumes_from_checkpoint_at_saved_step(tmp_path):
     assert steps == [10]
 
 
-def test_multi_worker_training_is_rejected():
-    from methodlab.methods.ugodit.train import fit
-
-    with pytest.raises(ConfigError, match="does not apply"):
-        fit(Config(**TINY_SR), RunContext(world_size=2))
-
-
 def test_config_rejects_bad_sizes():
     with pytest.raises(Exception):
         Config(task="super_resolution", image_size=30, sr_scale=4)

@@ -360,3 +360,18 @@ def test_reproduce_claim_a_defaults_to_the_spec_setting_and_claims_select_runs(t
     assert "| A offline | norm. score, mean of last 3 evals | 80.0 / 80.0 / 80.0 | 80.0 | BC 0.0 / 0.0 / 0.0 |" in text
     assert "PASS (>= 75 and >= BC + 40)" in text
     assert "| B online | final return | -1 / -2 / -3 |" in text and "B yesterday (carried over" in text
+
+
+def test_data_parallel_replay_shards_make_up_the_one_worker_batch():
+    """Offline data parallelism: ranks with the same generator state draw the same global batch and each takes its
+    ctx.shard, together the 1-worker batch (uneven shards for an odd batch)."""
+    from methodlab.methods.unirl.data import Replay
+
+    buf = Replay(3, 1, 50)
+    buf.obs[:] = torch.arange(50.0)[:, None]
+    buf.size = 50
+    one = buf.sample(9, torch.Generator().manual_seed(1))[0][:, 0]
+    parts = [buf.sample(9, torch.Generator().manual_seed(1), RunContext(rank=r, world_size=2).shard)[0][:, 0]
+             for r in (0, 1)]
+    assert [len(p) for p in parts] == [5, 4]
+    assert torch.equal(parts[0], one[0::2]) and torch.equal(parts[1], one[1::2])

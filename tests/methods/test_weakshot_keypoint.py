@@ -81,12 +81,51 @@ def test_stage2_step_reads_no_novel_label(smoke_data):
             if shots == 0:
                 with pytest.raises(NovelLabelLeak):
                     T.real_supports(data)
-            pseudo = T.refresh_pseudo(net, data, sup, 0, 1)
+            pseudo = T.refresh_pseudo(net, data, sup)
             pseudo = {c: (i, p, torch.ones_like(cf)) for c, (i, p, cf) in pseudo.items()}  # all gates open
             for mode in ("transfer", "naive"):
                 loss, _ = T.novel_losses(cfg.model_copy(update={"stage2_mode": mode}), net, data, sup, pseudo, 2, gen)
                 loss.backward()
                 assert math.isfinite(float(loss.detach()))
+
+
+def test_rank_shares_of_a_step_add_up_to_the_whole_step(smoke_data):
+    """Data parallel: two ranks' shares of a step (odd numbers of base and novel pairs, every gate open) add up to
+    the whole step's loss, and the sum of their gradients is its gradient (BatchNorm in eval mode here: every image
+    on its own; the training-mode statistics are synchronised over the ranks in a real run)."""
+    from methodlab.core import RunContext
+    from methodlab.methods.weakshot_keypoint import train as T
+
+    cfg = Config(**{**Config.smoke, "batch_pairs": 7, "novel_pairs": 5})
+    data = smoke_data
+    torch.manual_seed(0)
+    net = T.build_net(cfg).eval()
+    by_class = {c: data.index("base", c) for c in data.base_classes}
+    sup = T.real_supports(data)
+    with data.training(1):
+        pseudo = T.refresh_pseudo(net, data, sup)
+    pseudo = {c: (i, p, torch.rand(cf.shape, generator=torch.Generator().manual_seed(1)))
+              for c, (i, p, cf) in pseudo.items()}
+
+    def share(world, rank):
+        ctx = RunContext(quiet=True, world_size=world, rank=rank)
+        gen = torch.Generator().manual_seed(3)
+        net.zero_grad(set_to_none=True)
+        with data.training(1):
+            l_base, _ = T.base_step(cfg, net, data, by_class, gen, ctx)
+            l_nov, parts = T.novel_losses(cfg, net, data, sup, pseudo, cfg.novel_pairs, gen, ctx=ctx)
+        loss = l_base + l_nov
+        loss.backward()
+        return float(loss.detach()), parts, [torch.zeros_like(p) if p.grad is None else p.grad.clone()
+                                              for p in net.parameters()]
+
+    (whole, pw, g1), (a, pa, ga), (b, pb, gb) = share(1, 0), share(2, 0), share(2, 1)
+    assert a + b == pytest.approx(whole, rel=1e-5)
+    assert float(pw["train/gate_frac"]) > 0 and float(pa["train/gate_frac"]) == float(pw["train/gate_frac"])
+    for k in ("train/l_kt", "train/l_ct", "train/l_cs"):
+        assert float(pa[k] + pb[k]) == pytest.approx(float(pw[k]), rel=1e-4, abs=1e-7), k
+    num = sum(((y + z - x) ** 2).sum() for x, y, z in zip(g1, ga, gb)).sqrt()
+    assert float(num / sum((x ** 2).sum() for x in g1).sqrt()) < 1e-5
 
 
 # ------------------------------------------------------------------------------------------- maths
@@ -331,8 +370,8 @@ def test_specialised_schema_requests_are_answered(predictor):
 
 # ------------------------------------------------------------------------------------------- devices (issue 40)
 def test_data_parallel_goes_through_the_context_collectives(monkeypatch):
-    """Rank-0 broadcast, then the mean of gradients and BatchNorm running statistics after every step: ctx.broadcast
-    / ctx.all_reduce on float32 tensors of ctx.device (the process group is faked: one rank's values)."""
+    """Rank-0 broadcast, the synchronised BatchNorm statistics and the mean of gradients after every step:
+    ctx.broadcast / ctx.all_reduce on float32 tensors of ctx.device (the process group is faked: one rank's values)."""
     import torch.distributed as dist
 
     from methodlab.methods.weakshot_keypoint.train import fit

@@ -239,6 +239,80 @@ def test_ddp_across_nodes_same_curve_and_node_loss(two_workers, tmp_path, record
     assert restarted and {a["node"] for a in restarted} == {survivor}
 
 
+# ----------------------------------------------------------- node loss in other data-parallel methods
+# (job, overrides, the step key of metrics.jsonl, total steps, kill once this step is reported, final metrics
+# compared with an uninterrupted 2-worker run and the tolerance, why that tolerance)
+NODE_LOSS = {
+    "ctsketch": ("jobs/ctsketch/sum2_digits.yaml",
+                 ["N=2", "max_steps=600", "eval_every_steps=100", "log_every=50", "checkpoint_every=50"],
+                 "step", 600, 200, ("val/loss", "eval/digit_acc"), 1e-3,
+                 "the step-seeded batch order, the model and Adam's state come back from the checkpoint, so the "
+                 "resumed run is the uninterrupted one up to float summation order"),
+    "more_longtail": ("jobs/more_longtail/digits_lt.yaml", ["epochs=30", "log_every=1", "checkpoint_every=1"],
+                      "epoch", 30, 6, ("train/loss_task", "eval/balanced_acc"), 1e-3,
+                      "the loader's shuffle generator, the augmentation generator, the model and SGD's momentum come "
+                      "back from the checkpoint, so the resumed epochs repeat the uninterrupted ones"),
+}
+
+
+def _run_two(cluster, tmp_path: Path, slug: str, name: str, wait: bool = True, log: Path | None = None):
+    job, over = NODE_LOSS[slug][0], NODE_LOSS[slug][1]
+    args = ["run", job, "--smoke", *over, "scaling.num_workers=2", "scaling.cpus_per_worker=1", "run.max_failures=1",
+            "scaling.placement_strategy=SPREAD", "--name", name, "--storage", str(tmp_path / "store"), "-q",
+            "--assume-shared-storage"]
+    if wait:
+        return methodlab(*args, env=cluster.env(), timeout=600)
+    return spawn(args, cluster.env(), log)
+
+
+@pytest.mark.parametrize("slug", sorted(NODE_LOSS))
+def test_node_lost_in_a_data_parallel_run_resumes_to_the_same_result(slug, two_workers, tmp_path, record):
+    """A worker node removed mid-run (one worker per node): Ray Train restarts the group from the last
+    checkpoint on the node that remains, and the run ends with the final metrics of an uninterrupted run."""
+    cluster = two_workers
+    _, _, key, steps, kill_at, finals, tol, why = NODE_LOSS[slug]
+    r = _run_two(cluster, tmp_path, slug, "whole")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    whole = jsonl(tmp_path / "store" / "whole" / "metrics.jsonl")
+    while len(cluster.workers) < 2:  # the reference run must not have cost a node; make sure both are there
+        cluster.workers.append(cluster.add_node())
+    seen = {a["pid"] for a in cluster.actors()}
+    log = tmp_path / "kill.log"
+    proc = _run_two(cluster, tmp_path, slug, "lost", wait=False, log=log)
+    metrics = tmp_path / "store" / "lost" / "metrics.jsonl"
+    try:
+        wait_for(lambda: len(jsonl(metrics)) and jsonl(metrics)[-1][key] >= kill_at, 600, every=0.2,
+                 what=f"{key} {kill_at}")
+        workers = _train_workers(cluster, seen)
+        assert len({a["node"] for a in workers}) == 2, workers
+        killed_at = jsonl(metrics)[-1][key]
+        t_kill = cluster.remove_node(next(w for w in cluster.workers if w.node_id == workers[-1]["node"]))
+        out = finish(proc, log, 900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-4000:]
+    lost = jsonl(metrics)
+    got = [r[key] for r in lost]
+    restarted = [a for a in _train_workers(cluster, seen) if a["pid"] not in {w["pid"] for w in workers}]
+    assert restarted, "Train never restarted the worker group"
+    assert got[-1] == whole[-1][key] == steps and got == sorted(set(got)), got
+    assert [r[key] for r in whole] == got, "the resumed run reports at the uninterrupted run's steps"
+    diffs = {}
+    for k in finals:
+        assert lost[-1][k] == pytest.approx(whole[-1][k], rel=tol, abs=tol), (k, whole[-1][k], lost[-1][k], why)
+        diffs[k] = abs(lost[-1][k] - whole[-1][k])
+    record.update(
+        injected=f"{slug}: worker node removed while a 2-worker Ray Train run (SPREAD: one worker per node) had "
+                 f"reported {key} {killed_at} of {steps}",
+        times=1,
+        survived=f"resumed from its last checkpoint on the remaining node and ended at {key} {got[-1]} with the "
+                 f"uninterrupted run's final {', '.join(finals)} (tolerance {tol}: {why})",
+        lost="the steps since the last checkpoint, recomputed",
+        figures={"killed_at": killed_at, "final_abs_diff": diffs, "restarted_workers": len(restarted),
+                 "final_whole": {k: whole[-1][k] for k in finals}, "final_resumed": {k: lost[-1][k] for k in finals}})
+
+
 # ------------------------------------------------------------------------------------------- Ray Jobs
 def test_jobs_submitted_to_the_head_use_that_cluster(two_workers, tmp_path, record):
     """`methodlab submit` and Ray's own `ray job submit` (the README's two ways): the job's driver connects to

@@ -22,20 +22,31 @@ def render(
     image: Optional[str] = typer.Option(None, "--image", metavar="REGISTRY/NAME:TAG",
                                         help="The image the pods run: the one you built from k8s/Dockerfile and "
                                         "pushed (default: methodlab/methodlab:<version>-ray<rayVersion>, as in k8s/)."),
+    gpu_image: Optional[str] = typer.Option(None, "--gpu-image", metavar="REGISTRY/NAME:TAG",
+                                            help="The CUDA image every pod of a GPU job or serve file runs (and "
+                                            "raycluster-gpu.yaml): k8s/Dockerfile built with --build-arg FLAVOUR=cu128 "
+                                            "(default: the --image tag + -cu128, else "
+                                            "methodlab/methodlab:<version>-ray<rayVersion>-cu128, as in k8s/)."),
 ) -> None:
     """Render raycluster.yaml, rayjob-<method>-<preset>.yaml and rayservice-<app>.yaml.
 
+    Jobs with scaling.use_gpu and serve files with args.num_gpus get a GPU worker group (nvidia.com/gpu
+    requests = limits, a toleration for the nvidia.com/gpu taint, the job file's kubernetes.node_selector) and the
+    CUDA image on every pod.
+
     Example: methodlab k8s render jobs/grokking_flatness/cpu.yaml --image registry.example.com/methodlab/methodlab:0.1.0-ray2.60.0 --out deploy
     """
-    from methodlab.cluster.k8s import IMAGE, check_image, render_all
+    from methodlab.cluster.k8s import IMAGE, check_image, gpu_image_for, render_all
     from methodlab.core.errors import ConfigError
 
     image = check_image(IMAGE if image is None else image)
+    gpu_image = check_image(gpu_image_for(image) if gpu_image is None else gpu_image, field="--gpu-image")
     if not (Path(repo) / "jobs").is_dir() and not (Path(repo) / "serve").is_dir():
         raise ConfigError(f"{repo} has no jobs/ or serve/ folder: give the repository root", field="--repo")
     if Path(out).exists() and not Path(out).is_dir():
         raise ConfigError(f"{out} is a file, not a folder: give a folder for the manifests", field="--out")
-    written = render_all(Path(repo), Path(out), image=image, files=[Path(f) for f in files] if files else None)
+    written = render_all(Path(repo), Path(out), image=image, files=[Path(f) for f in files] if files else None,
+                         gpu_image=gpu_image)
     for name in written:
         console.print(f"wrote {Path(out) / name}")
 

@@ -33,6 +33,15 @@ def device_policy(spec) -> str:
     return f"devices: CPU or GPU   precision: {' | '.join(spec.precisions)}{note}   compile: {comp}"
 
 
+def parallel_policy(spec) -> str:
+    """One line: whether scaling.num_workers > 1 trains data-parallel, or why it is refused."""
+    if spec.single_worker:
+        return f"data parallel: no, num_workers 1 ({spec.single_worker})"
+    refused = "; ".join(f"setting {k!r} refused: {v}" for k, v in spec.single_worker_settings.items())
+    return "data parallel: yes (scaling.num_workers > 1 shards each global batch over the ranks)" + \
+        (f"; {refused}" if refused else "")
+
+
 def type_text(ann: Any) -> str:
     """A config field's type as a reader wants it: choices spelled out ('none' | 'anti_flat'), Optional as
     `| None`, containers with their element type, classes by name."""
@@ -109,6 +118,7 @@ def show(slug: str = typer.Argument(..., help="Method slug (`methodlab methods l
     console.print(f"[bold]{spec.slug}[/] — {spec.title}\n{spec.paper}")
     console.print(f"settings: {', '.join(spec.setting_names())}   primary metric: {cls.primary_metric} ({cls.mode})")
     console.print(device_policy(spec), highlight=False)
+    console.print(parallel_policy(spec), highlight=False)
     presets = job_presets(slug)
     if presets:
         table = Table("job preset (methodlab run ...)", "description", title="job presets", title_justify="left")

@@ -1,49 +1,115 @@
-"""`methodlab reproduce SLUG`: the method's acceptance experiment -> reports/<slug>.md + PNG."""
+"""`methodlab reproduce SLUG`: the method's acceptance experiment -> reports/<slug>.md (+ .json, PNG).
+
+A method whose `reproduce` module declares `study()` runs on the harness (methodlab.reproduce: runs on Ray,
+keyed store, claims as data); the others still run their own `main` until they move onto it (issue 41)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import typer
 
 from methodlab.cli.common import console, friendly
 
+HARNESS_ONLY = ("--claims", "--seeds", "--render-only", "--budget", "--address", "--no-ray", "--storage")
+
+
+def study_of(slug: str):
+    """The method's Study, or None for a reproduction not on the harness yet."""
+    import importlib
+
+    from methodlab.core.registry import get_spec
+
+    spec = get_spec(slug)
+    if not spec.reproduce:
+        return None
+    module = importlib.import_module(spec.reproduce.split(":")[0])
+    return module.study() if hasattr(module, "study") else None
+
 
 @friendly
 def reproduce(
-    slug: str = typer.Argument(..., help="Method slug."),
-    out_dir: str = typer.Option("reports", help="Where <slug>.md and its plot go."),
-    workers: int = typer.Option(2, min=1, help="Runs in parallel (processes)."),
-    quick: bool = typer.Option(False, "--quick", help="Fewer seeds/steps: a fast look, not the acceptance run."),
-    full: bool = typer.Option(False, "--full", help="Also the long claims a method runs only on request "
-                              "(ctsketch: Claim D, sum-1024 on MNIST, ~75 min more)."),
+    slug: Optional[str] = typer.Argument(None, help="Method slug (or --all)."),
+    all_methods: bool = typer.Option(False, "--all", help="Every registered method, one after the other."),
+    out_dir: str = typer.Option("reports", help="Where <slug>.md, <slug>.json and its plots go."),
+    workers: int = typer.Option(2, min=1, help="Runs in parallel without Ray (--no-ray) or in a legacy reproduction."),
+    quick: bool = typer.Option(False, "--quick", help="One seed, the arms' quick overrides: a fast look, marked as a "
+                               "reduced recipe in the report."),
+    full: bool = typer.Option(False, "--full", help="Also the long claims a method runs only on request."),
+    claims: str = typer.Option("", "--claims", metavar="A,B", help="Only these claims' runs (others read NOT RUN)."),
+    seeds: str = typer.Option("all", "--seeds", metavar="reported|dev|all|0,1", help="Which seeds to run."),
+    render_only: bool = typer.Option(False, "--render-only", help="Redraw the report from reports/<slug>.json alone."),
+    budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", min=1,
+                                           help="Stop starting runs after this long (unfinished ones resume next time)."),
+    address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
+                                          help="Ray cluster for the runs (default: an embedded local Ray)."),
+    no_ray: bool = typer.Option(False, "--no-ray", help="Local processes through the same runner (no Ray needed)."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="Run store (default results/reproduce/<slug>; on "
+                                          "a cluster a path every node mounts)."),
+    assume_shared_storage: bool = typer.Option(False, "--assume-shared-storage",
+                                               help="The store is a mount every node sees (skip the multi-node check)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or per-run lines (errors still print)."),
 ) -> None:
     """Run the spec's acceptance experiment (method vs baselines, per seed) and write the report.
 
-    Example: methodlab reproduce grokking_flatness
+    Example: methodlab reproduce grokking_flatness --quick
     """
     import os
 
+    from methodlab.cli.common import writable_folder
     from methodlab.core.errors import ConfigError
-    from methodlab.core.registry import get_spec
+    from methodlab.core.registry import get_spec, method_slugs
 
+    if all_methods == bool(slug):
+        raise ConfigError("give one method slug or --all", field="slug")
     if quiet:  # read by runners.progress, here and in the reproduction's worker processes
         os.environ["METHODLAB_QUIET"] = "1"
+    writable_folder(out_dir, field="--out-dir")  # before hours of runs, not at the report's write
+    slugs = method_slugs() if all_methods else [slug]
+    for s in slugs:
+        get_spec(s)  # an unknown slug: one line naming it
+    for s in slugs:
+        study = study_of(s)
+        if study is not None:
+            from methodlab.reproduce.run import reproduce as run_study
+
+            report = run_study(study, out_dir=out_dir, storage=storage if not all_methods else None, seeds=seeds,
+                               quick=quick, claims=claims, render_only=render_only, budget_s=budget,
+                               address=address, use_ray=not no_ray, workers=workers,
+                               assume_shared_storage=assume_shared_storage,
+                               log=(lambda m: None) if quiet else (lambda m: console.print(m, highlight=False)))
+        else:
+            report = _legacy(s, out_dir=out_dir, workers=workers, quick=quick, full=full,
+                             harness_flags=[f for f, v in zip(HARNESS_ONLY, (claims, seeds != "all", render_only,
+                                                                              budget, address, no_ray, storage)) if v],
+                             skip_flags=all_methods)
+        if report is not None:
+            console.print(f"[bold green]report[/]: {report}")
+
+
+def _legacy(slug: str, *, out_dir: str, workers: int, quick: bool, full: bool, harness_flags: list[str],
+            skip_flags: bool):
+    """A reproduction not on the harness yet: its own main(out_dir, workers, quick[, full])."""
+    import inspect
+
+    from methodlab.core.errors import ConfigError
+    from methodlab.core.method import import_object
+    from methodlab.core.registry import get_spec
 
     spec = get_spec(slug)
     if not spec.reproduce:
         raise ConfigError(f"{slug} has no reproduction experiment yet")
-    from methodlab.cli.common import writable_folder
-
-    writable_folder(out_dir, field="--out-dir")  # before hours of runs, not at the report's write
-    from methodlab.core.method import import_object
-
-    import inspect
-
+    if harness_flags and not skip_flags:
+        raise ConfigError(f"{slug}'s reproduction is not on the harness yet (issue 41): run it without "
+                          f"{', '.join(harness_flags)}", field=harness_flags[0])
     run = import_object(spec.reproduce)
     kwargs = {"out_dir": out_dir, "workers": workers, "quick": quick}
     if full:
         if "full" not in inspect.signature(run).parameters:
-            raise ConfigError(f"--full: {slug}'s reproduction has no long claims to add; drop --full")
-        kwargs["full"] = True
-    report = run(**kwargs)
-    console.print(f"[bold green]report[/]: {report}")
+            if skip_flags:
+                full = False
+            else:
+                raise ConfigError(f"--full: {slug}'s reproduction has no long claims to add; drop --full")
+        if full:
+            kwargs["full"] = True
+    return run(**kwargs)

@@ -3,11 +3,36 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import List
 
 import typer
 
 from methodlab.cli.common import console, err_console
+
+
+def load_any(path: str | Path) -> str:
+    """Validate a file by where it lives (search_spaces/, serve/, k8s/, else a job file); returns its kind."""
+    from methodlab.cluster.k8s import validate_manifest_file
+    from methodlab.core.errors import ConfigError
+    from methodlab.specs.files import load_job, load_search_space, load_serve_file, read_yaml_docs
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("not a file" if p.exists() else "file not found", where=str(p))
+    parts = p.resolve().parts
+    if "search_spaces" in parts:
+        load_search_space(p)
+        return "search_space"
+    if "serve" in parts:
+        load_serve_file(p)
+        return "serve"
+    if "k8s" in parts:
+        read_yaml_docs(p)  # unreadable or not YAML: one line
+        validate_manifest_file(p)
+        return "k8s"
+    load_job(p)
+    return "job"
 
 
 def validate(
@@ -20,7 +45,6 @@ def validate(
     Example: methodlab validate jobs/*/*.yaml search_spaces/*/*.yaml serve/*.yaml k8s/*.yaml
     """
     from methodlab.core.errors import MethodlabError
-    from methodlab.specs.files import load_any
 
     bad = 0
     kinds: Counter = Counter()

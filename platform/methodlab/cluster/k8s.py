@@ -20,6 +20,13 @@ from methodlab.core.errors import ConfigError
 
 RAY_VERSION = "2.60.0"
 IMAGE = f"methodlab/methodlab:{methodlab.__version__}-ray{RAY_VERSION}"
+# The CUDA build of the same image (k8s/Dockerfile with --build-arg FLAVOUR=cu128 and the cu128 torch index): the
+# same Ray, Python and torch version, so a cluster whose jobs ask for GPUs runs this one image on every pod.
+CUDA_FLAVOUR = "cu128"
+GPU_IMAGE = f"{IMAGE}-{CUDA_FLAVOUR}"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+WORKER_MEMORY_GI = 8  # per Ray Train worker in a pod
 TOKEN_SECRET = "methodlab-ray-token"
 NAMESPACE_NOTE = "# Rendered by `methodlab k8s render`; do not edit by hand (a test re-renders and diffs).\n"
 KIND_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml", "RayService": "ray.io_rayservices.yaml"}
@@ -60,11 +67,20 @@ def image_problem(image: str) -> str | None:
     return None
 
 
-def check_image(image: str) -> str:
+def check_image(image: str, field: str = "--image") -> str:
     problem = image_problem(image)
     if problem:
-        raise ConfigError(problem, field="--image")
+        raise ConfigError(problem, field=field)
     return image
+
+
+def gpu_image_for(image: str) -> str:
+    """The CUDA image beside a pushed CPU image: its tag + `-cu128` (k8s/Dockerfile's second build); the default
+    GPU_IMAGE when `image` is the default one or is pinned by digest (no tag to extend)."""
+    m = _IMAGE_RE.match(image or "")
+    if image == IMAGE or not m or not m.group("tag") or m.group("digest"):
+        return GPU_IMAGE
+    return f"{image}-{CUDA_FLAVOUR}"
 
 
 def _container(name: str, cpu: str, memory: str, ports: list[dict] | None = None, image: str = IMAGE) -> dict:
@@ -83,14 +99,31 @@ def _pod(container: dict) -> dict:
                      "volumes": [{"name": "results", "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}}]}}
 
 
+def _group(name: str, replicas: int, cpu: str, memory: str, image: str, gpus: int = 0,
+           node_selector: dict[str, str] | None = None) -> dict:
+    """A worker group; with `gpus`: that many whole cards per pod (requests = limits), Ray told the same
+    (num-gpus), and a toleration for the nvidia.com/gpu taint GPU node pools carry."""
+    worker = _container("ray-worker", cpu, memory, image=image)
+    params: dict[str, str] = {}
+    if gpus:
+        worker["resources"]["limits"][GPU_RESOURCE] = str(gpus)
+        worker["resources"]["requests"][GPU_RESOURCE] = str(gpus)
+        params["num-gpus"] = str(gpus)
+    template = _pod(worker)
+    if gpus:
+        template["spec"]["tolerations"] = [dict(GPU_TOLERATION)]
+    if node_selector:
+        template["spec"]["nodeSelector"] = dict(node_selector)
+    return {"groupName": name, "replicas": replicas, "minReplicas": replicas, "maxReplicas": max(replicas, 4),
+            "rayStartParams": params, "template": template}
+
+
 def cluster_spec(workers: int = 1, worker_cpu: str = "2", worker_memory: str = "8Gi", gpus: int = 0,
-                 image: str = IMAGE) -> dict:
+                 image: str = IMAGE, node_selector: dict[str, str] | None = None) -> dict:
+    """A head with no Ray CPUs (it runs the driver and Serve's controller) and one worker group of `workers` pods;
+    `gpus` > 0: a GPU group, `gpus` cards per pod. One image for every pod."""
     head_ports = [{"containerPort": 6379, "name": "gcs-server"}, {"containerPort": 8265, "name": "dashboard"},
                   {"containerPort": 10001, "name": "client"}, {"containerPort": 8000, "name": "serve"}]
-    worker = _container("ray-worker", worker_cpu, worker_memory, image=image)
-    if gpus:
-        worker["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
-        worker["resources"]["requests"]["nvidia.com/gpu"] = str(gpus)
     return {
         "rayVersion": RAY_VERSION,
         "enableInTreeAutoscaling": False,
@@ -98,9 +131,8 @@ def cluster_spec(workers: int = 1, worker_cpu: str = "2", worker_memory: str = "
         "authOptions": {"mode": "token", "secretName": TOKEN_SECRET},
         "headGroupSpec": {"rayStartParams": {"num-cpus": "0"},
                           "template": _pod(_container("ray-head", "1", "4Gi", head_ports, image=image))},
-        "workerGroupSpecs": [{"groupName": "gpu-workers" if gpus else "cpu-workers", "replicas": workers,
-                              "minReplicas": workers, "maxReplicas": max(workers, 4), "rayStartParams": {},
-                              "template": _pod(worker)}],
+        "workerGroupSpecs": [_group("gpu-workers" if gpus else "cpu-workers", workers, worker_cpu, worker_memory,
+                                    image, gpus, node_selector)],
     }
 
 
@@ -113,15 +145,36 @@ def render_cluster(image: str = IMAGE) -> dict:
             "spec": cluster_spec(1, image=image)}
 
 
+def render_gpu_cluster(gpu_image: str = GPU_IMAGE) -> dict:
+    """raycluster-gpu.yaml: a CPU head and one GPU worker pod (1 card, 8 CPUs), all on the CUDA image."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": _meta("methodlab-gpu"),
+            "spec": cluster_spec(1, "8", "32Gi", gpus=1, image=gpu_image)}
+
+
 def k8s_name(text: str) -> str:
     return text.lower().replace("_", "-").replace(".", "-")[:63].strip("-")
 
 
-def render_job(job_path: Path, repo: Path, image: str = IMAGE) -> dict:
+def gpu_pods(scaling: Any, kube: Any, where: str | None = None) -> tuple[int, int, int]:
+    """(GPUs per pod, Ray Train workers per pod, pods) of a use_gpu job. A pod takes whole cards: a fractional
+    gpus_per_worker (0.5) still gets one card (never 0), and Ray, told num-gpus = the pod's cards, packs
+    1 / 0.5 = 2 workers on it."""
+    per_worker = scaling.gpus_per_worker or 1.0
+    per_pod = kube.gpus_per_pod if kube.gpus_per_pod is not None else max(1, math.ceil(per_worker))
+    fit = per_pod / per_worker
+    workers = round(fit)
+    if workers < 1 or abs(fit - workers) > 1e-9:
+        raise ConfigError(f"{per_pod} GPUs per pod hold {fit:.3g} workers of scaling.gpus_per_worker {per_worker:g}: "
+                          "give a gpus_per_pod that is a whole multiple of gpus_per_worker (e.g. 8 for a whole "
+                          "8-GPU node)", where=where, field="kubernetes.gpus_per_pod")
+    return per_pod, workers, math.ceil(scaling.num_workers / workers)
+
+
+def render_job(job_path: Path, repo: Path, image: str = IMAGE, gpu_image: str = GPU_IMAGE) -> dict:
     from methodlab.specs.files import load_job
 
     loaded = load_job(job_path)
-    sc = loaded.job.scaling
+    sc, kube = loaded.job.scaling, loaded.job.kubernetes
     jobs_dir = (Path(repo) / "jobs").resolve()
     if jobs_dir not in Path(job_path).resolve().parents:
         raise ConfigError(f"not under {jobs_dir}: the image holds the repository's jobs/ folder, and the RayJob runs "
@@ -129,9 +182,21 @@ def render_job(job_path: Path, repo: Path, image: str = IMAGE) -> dict:
                           "(README: Kubernetes)", where=str(job_path))
     rel = Path(job_path).resolve().relative_to(Path(repo).resolve()).as_posix()
     name = k8s_name(f"{loaded.job.method}-{job_path.stem}")
-    # a pod takes whole GPUs: a fractional gpus_per_worker (0.5) still needs one card in the pod, never 0
-    gpus = math.ceil(sc.gpus_per_worker or 1) if sc.use_gpu else 0
-    cpu = str(max(1, int(sc.cpus_per_worker)) + 1)
+    if sc.use_gpu:
+        # GPU pods: whole cards, workers_per_pod Train workers each (CPUs and memory scaled likewise, one CPU more
+        # for Ray); the job (unchanged) asks Ray Train for gpus_per_worker per worker. The whole cluster runs the
+        # CUDA image (head too: one image per cluster, the same Ray, Python and torch).
+        gpus, workers_per_pod, pods = gpu_pods(sc, kube, where=str(job_path))
+        cpu = max(1, math.ceil(workers_per_pod * sc.cpus_per_worker - 1e-9)) + 1
+        spec = cluster_spec(pods, str(cpu), f"{workers_per_pod * WORKER_MEMORY_GI}Gi", gpus, image=gpu_image,
+                            node_selector=kube.node_selector)
+    else:
+        cpus = max(1, int(sc.cpus_per_worker))
+        if kube.gpus_per_pod is not None:
+            raise ConfigError("set for a job without scaling.use_gpu: true (a CPU job runs one worker per pod)",
+                              where=str(job_path), field="kubernetes.gpus_per_pod")
+        spec = cluster_spec(sc.num_workers, str(cpus + 1), f"{WORKER_MEMORY_GI}Gi", image=image,
+                            node_selector=kube.node_selector)
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _meta(name),
         "spec": {
@@ -140,12 +205,39 @@ def render_job(job_path: Path, repo: Path, image: str = IMAGE) -> dict:
             "ttlSecondsAfterFinished": 600,
             "activeDeadlineSeconds": 86400,
             "submitterConfig": {"backoffLimit": 2},
-            "rayClusterSpec": cluster_spec(sc.num_workers, cpu, "8Gi", gpus, image=image),
+            "rayClusterSpec": spec,
         },
     }
 
 
-def render_service(serve_path: Path, image: str = IMAGE) -> dict:
+def serve_gpu_pods(cfg: dict) -> tuple[int, int, int] | None:
+    """(GPUs per pod, CPUs per pod, pods) for a serve file whose applications ask for GPUs (args.num_gpus > 0),
+    None when none does: whole cards per pod (the largest replica's share rounded up), replicas packed first-fit
+    (num_replicas from the app's deployments: entry, else 1), CPUs for the fullest pod plus one for Ray."""
+    replicas: list[tuple[float, float]] = []  # (GPU share, CPUs) per Serve replica
+    for app in cfg.get("applications", []):
+        args = app.get("args") or {}
+        share = float(args.get("num_gpus") or 0)
+        if share <= 0:
+            continue
+        count = next((d.get("num_replicas") for d in app.get("deployments") or []
+                      if isinstance(d.get("num_replicas"), int)), 1)
+        replicas += [(share, float(args.get("num_cpus") or 1.0))] * max(1, count)
+    if not replicas:
+        return None
+    per_pod = max(1, math.ceil(max(g for g, _ in replicas)))
+    pods: list[list[float]] = []  # [GPUs used, CPUs used]
+    for g, c in sorted(replicas, reverse=True):
+        pod = next((p for p in pods if p[0] + g <= per_pod + 1e-9), None)
+        if pod is None:
+            pods.append([g, c])
+        else:
+            pod[0] += g
+            pod[1] += c
+    return per_pod, max(2, math.ceil(max(p[1] for p in pods)) + 1), len(pods)
+
+
+def render_service(serve_path: Path, image: str = IMAGE, gpu_image: str = GPU_IMAGE) -> dict:
     from methodlab.specs.files import load_serve_file
 
     cfg = copy.deepcopy(load_serve_file(serve_path))
@@ -155,12 +247,18 @@ def render_service(serve_path: Path, image: str = IMAGE) -> dict:
         for key in ("checkpoint", "checkpoints_root"):
             if args.get(key) and not args[key].startswith("/"):
                 args[key] = f"/home/ray/{args[key]}"  # results/ = the shared volume RESULTS_PATH
+    gpu = serve_gpu_pods(cfg)
+    if gpu:
+        gpus, cpus, pods = gpu
+        cluster = cluster_spec(pods, str(cpus), f"{WORKER_MEMORY_GI}Gi", gpus, image=gpu_image)
+    else:
+        cluster = cluster_spec(1, image=image)
     return {
         "apiVersion": "ray.io/v1", "kind": "RayService", "metadata": _meta(k8s_name(serve_path.stem)),
         "spec": {
             "serveConfigV2": yaml.safe_dump(cfg, sort_keys=False),
             "upgradeStrategy": {"type": "NewCluster"},
-            "rayClusterConfig": cluster_spec(1, image=image),
+            "rayClusterConfig": cluster,
         },
     }
 
@@ -177,31 +275,34 @@ def service_manifest_name(app: Path) -> str:
     return f"rayservice-{k8s_name(app.stem)}.yaml"
 
 
-def render_file(path: Path, repo: Path, image: str = IMAGE) -> tuple[str, str]:
+def render_file(path: Path, repo: Path, image: str = IMAGE, gpu_image: str = GPU_IMAGE) -> tuple[str, str]:
     """(file name, text) of the manifest for one job file (RayJob) or serve file (RayService, told apart by
-    its `applications:`)."""
+    its `applications:`). Files asking for GPUs run `gpu_image` on every pod, the others `image`."""
     from methodlab.specs.files import read_yaml
 
     path = Path(path)
     raw = read_yaml(path)  # missing, unreadable or not YAML: one line naming the file
     if isinstance(raw, dict) and "applications" in raw:
-        return service_manifest_name(path), dump(render_service(path, image))
-    return job_manifest_name(path), dump(render_job(path, repo, image))
+        return service_manifest_name(path), dump(render_service(path, image, gpu_image))
+    return job_manifest_name(path), dump(render_job(path, repo, image, gpu_image))
 
 
-def render_all(repo: Path, out: Path | None = None, image: str = IMAGE, files: list[Path] | None = None) -> dict[str, str]:
-    """{file name: text} for every job and serve file (raycluster.yaml too), or for `files` only; written to
-    `out` when given."""
+def render_all(repo: Path, out: Path | None = None, image: str = IMAGE, files: list[Path] | None = None,
+               gpu_image: str = GPU_IMAGE) -> dict[str, str]:
+    """{file name: text} for every job and serve file (raycluster.yaml and raycluster-gpu.yaml too), or for
+    `files` only; written to `out` when given."""
     repo = Path(repo)
     check_image(image)
+    check_image(gpu_image, field="--gpu-image")
     if files:
-        rendered = dict(render_file(Path(f), repo, image) for f in files)
+        rendered = dict(render_file(Path(f), repo, image, gpu_image) for f in files)
     else:
-        rendered = {"raycluster.yaml": dump(render_cluster(image))}
+        rendered = {"raycluster.yaml": dump(render_cluster(image)),
+                    "raycluster-gpu.yaml": dump(render_gpu_cluster(gpu_image))}
         for job in sorted((repo / "jobs").glob("*/*.yaml")):
-            rendered[job_manifest_name(job)] = dump(render_job(job, repo, image))
+            rendered[job_manifest_name(job)] = dump(render_job(job, repo, image, gpu_image))
         for app in sorted((repo / "serve").glob("*.yaml")):
-            rendered[service_manifest_name(app)] = dump(render_service(app, image))
+            rendered[service_manifest_name(app)] = dump(render_service(app, image, gpu_image))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         for name, text in rendered.items():

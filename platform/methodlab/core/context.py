@@ -216,6 +216,55 @@ class RunContext:
         dist.broadcast(tensor, src=src)
         return tensor
 
+    def average_(self, tensors) -> None:
+        """Mean over the ranks of every tensor in `tensors`, in place, as one float32 bucket on ctx.device (one
+        collective per call, however many tensors). For methods that average gradients (or BatchNorm buffers)
+        themselves instead of through DDP; `None` entries (parameters without a gradient) are skipped."""
+        ts = [t for t in tensors if t is not None]
+        if self.world_size <= 1 or not ts:
+            return
+        import torch
+
+        flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in ts])
+        self.all_reduce(flat, op="mean")
+        offset = 0
+        for t in ts:
+            n = t.numel()
+            t.detach().copy_(flat[offset:offset + n].view_as(t))
+            offset += n
+
+    def average_gradients(self, parameters) -> None:
+        """DDP's gradient mean for methods that cannot take a DDP wrapper (stage-dependent parameter sets,
+        hand-written steps): call after backward, before clipping and the optimiser step."""
+        self.average_([p.grad for p in parameters])
+
+    def broadcast_(self, tensors, src: int = 0) -> None:
+        """Rank `src`'s values of every tensor in `tensors` on every rank, in place (an identical start): one
+        collective per dtype, each over a flat bucket on ctx.device (float64 is refused, as by every collective)."""
+        if self.world_size <= 1:
+            return
+        import torch
+
+        by_dtype: dict = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t.detach())
+        for ts in by_dtype.values():
+            flat = torch.cat([t.reshape(-1) for t in ts])
+            self.broadcast(flat, src)
+            offset = 0
+            for t in ts:
+                t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+    def shard(self, *batches):
+        """This rank's part of a global batch (rank-strided: batch[rank::world_size]); the whole batch at world
+        size 1. Every rank draws the same global batch (same seed), takes its shard and, with gradients
+        averaged over the ranks, follows the 1-worker trajectory. Several aligned batches (inputs, targets)
+        are split alike: `x, y = ctx.shard(x, y)`. Works on tensors, arrays and lists; the first batch names
+        the samples (the sample probe of the data-parallel tests records it)."""
+        parts = tuple(b if self.world_size <= 1 else b[self.rank::self.world_size] for b in batches)
+        faults.on_shard(parts[0], self.rank, self.world_size)  # no-op unless the sample probe is on (tests)
+        return parts[0] if len(parts) == 1 else parts
 
 def _check_collective(tensor, device) -> None:
     import torch

@@ -48,9 +48,9 @@ def resolve_device(use_gpu: bool, *, where: str = "scaling.use_gpu", gpu_ids: An
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def check_method_accepts(spec, scaling, *, where: str | None = None) -> None:
+def check_method_accepts(spec, scaling, *, where: str | None = None, setting: str = "train") -> None:
     """Refuse, before anything starts, what a method declares it cannot take (SPEC.cpu_only,
-    SPEC.precisions, SPEC.no_compile), each with the method's own reason."""
+    SPEC.precisions, SPEC.no_compile, SPEC.single_worker), each with the method's own reason."""
     if getattr(scaling, "use_gpu", False) and spec.cpu_only:
         raise ConfigError(f"{spec.slug} runs on the CPU only ({spec.cpu_only}); set use_gpu: false and use "
                           "cpus_per_worker for speed", where=where, field="scaling.use_gpu")
@@ -59,6 +59,12 @@ def check_method_accepts(spec, scaling, *, where: str | None = None) -> None:
         reason = f" ({spec.precision_note})" if spec.precision_note else ""
         raise ConfigError(f"{spec.slug} takes precision {' | '.join(spec.precisions)}, not {precision!r}{reason}",
                           where=where, field="scaling.precision")
+    single = spec.single_worker_reason(setting)
+    if getattr(scaling, "num_workers", 1) > 1 and single:
+        what = spec.slug if spec.single_worker or setting == "train" else f"{spec.slug} setting {setting!r}"
+        raise ConfigError(f"{what} does not run data-parallel ({single}); set num_workers: 1 "
+                          "and run seeds or settings side by side as parallel Tune trials (methodlab tune)",
+                          where=where, field="scaling.num_workers")
     if getattr(scaling, "compile", False) and spec.no_compile:
         raise ConfigError(f"{spec.slug} cannot run under torch.compile ({spec.no_compile}); set compile: false",
                           where=where, field="scaling.compile")

@@ -23,6 +23,15 @@ METHODLAB_FAULT_ONCE_FILE=PATH
 METHODLAB_FAULT_MODE=kill|raise
     kill (default): SIGKILL this process, no cleanup, no atexit. raise: raise InjectedFault instead,
     for in-process tests of the hooks themselves.
+
+Probes (they change nothing; the data-parallel tests read what they write):
+METHODLAB_FAULT_SAMPLE_LOG=DIR
+    `RunContext.shard` appends the indices each rank takes to DIR/samples-<pid>.jsonl (one line per
+    call: rank, world size, call number, the shard as a list), so a test counts what every rank saw.
+METHODLAB_FAULT_COLLECTIVE_LOG=DIR
+    The Train worker wraps torch.distributed's all_reduce / broadcast / all_gather / reduce_scatter (and
+    their tensor forms): each call is recorded in DIR/collectives-<pid>.jsonl, and one on a tensor off the
+    run's device or in float64 raises instead of reaching the backend.
 """
 
 from __future__ import annotations
@@ -39,9 +48,14 @@ KILL_IN_CHECKPOINT = "METHODLAB_FAULT_KILL_IN_CHECKPOINT"
 CHECKPOINT_PHASE = "METHODLAB_FAULT_CHECKPOINT_PHASE"
 ONCE_FILE = "METHODLAB_FAULT_ONCE_FILE"
 MODE = "METHODLAB_FAULT_MODE"
-ALL = (KILL_AT_STEP, RANK, KILL_IN_CHECKPOINT, CHECKPOINT_PHASE, ONCE_FILE, MODE)
+SAMPLE_LOG = "METHODLAB_FAULT_SAMPLE_LOG"
+COLLECTIVE_LOG = "METHODLAB_FAULT_COLLECTIVE_LOG"
+ALL = (KILL_AT_STEP, RANK, KILL_IN_CHECKPOINT, CHECKPOINT_PHASE, ONCE_FILE, MODE, SAMPLE_LOG, COLLECTIVE_LOG)
 
 _saves = 0  # save_checkpoint calls in this process (per process: a restarted worker counts from 0)
+_shards = 0  # RunContext.shard calls in this process
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_gather_into_tensor",
+               "reduce_scatter_tensor")
 
 
 class InjectedFault(RuntimeError):
@@ -103,3 +117,57 @@ def _fire(record: dict) -> None:
     if os.environ.get(MODE, "kill") == "raise":
         raise InjectedFault(json.dumps(record))
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def on_shard(part: Any, rank: int, world_size: int) -> None:
+    """Hook in RunContext.shard: record this rank's indices (the sample probe)."""
+    global _shards
+    folder = os.environ.get(SAMPLE_LOG)
+    if not folder:
+        return
+    _shards += 1
+    values = part.tolist() if hasattr(part, "tolist") else list(part)
+    _append(folder, "samples", {"rank": rank, "world": world_size, "call": _shards, "idx": values})
+
+
+def install_collective_guard(device: Any, rank: int) -> None:
+    """Wrap torch.distributed's collectives in this process (the collective probe), checking every tensor
+    against the run's `device` and refusing float64. Idempotent; a no-op unless the probe is on."""
+    folder = os.environ.get(COLLECTIVE_LOG)
+    if not folder:
+        return
+    import torch
+    import torch.distributed as dist
+
+    def tensors_of(args, kwargs):
+        out = []
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                out.append(a)
+            elif isinstance(a, (list, tuple)):
+                out.extend(x for x in a if isinstance(x, torch.Tensor))
+        return out
+
+    for name in COLLECTIVES:
+        fn = getattr(dist, name, None)
+        if fn is None or getattr(fn, "_methodlab_guard", False):
+            continue
+
+        def guarded(*args, _fn=fn, _name=name, **kwargs):
+            ts = tensors_of(args, kwargs)
+            bad = [f"{t.device}/{t.dtype}" for t in ts if t.device != device or t.dtype == torch.float64]
+            _append(folder, "collectives", {"rank": rank, "op": _name, "device": str(device),
+                                            "tensors": [f"{t.device}/{t.dtype}" for t in ts], "bad": bad})
+            if bad:
+                raise RuntimeError(f"collective {_name} on {', '.join(bad)}; the run's device is {device} and "
+                                   "float64 is refused")
+            return _fn(*args, **kwargs)
+
+        guarded._methodlab_guard = True
+        setattr(dist, name, guarded)
+
+
+def _append(folder: str, kind: str, record: dict) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{kind}-{os.getpid()}.jsonl"), "a") as fh:
+        fh.write(json.dumps(record) + "\n")

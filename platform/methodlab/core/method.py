@@ -34,6 +34,12 @@ class MethodConfig(BaseModel):
     resume_may_change: ClassVar[frozenset[str]] = frozenset({"max_steps", "epochs", "log_every", "checkpoint_every",
                                                              "torch_threads", "stop_at_val_acc", "stop_after_steps"})
 
+    def single_worker_reason(self, setting: str = "train") -> str | None:
+        """Why this config, run as `setting`, cannot run data-parallel though its method can (a task or dtype a
+        setting name does not show); load_job refuses scaling.num_workers > 1 with it before any Ray resource
+        is asked for."""
+        return None
+
     primary_metric: ClassVar[str] = "eval/accuracy"
     mode: ClassVar[Literal["max", "min"]] = "max"
     smoke: ClassVar[dict[str, Any]] = {}
@@ -62,6 +68,15 @@ class MethodSpec:
     precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")
     precision_note: str = ""
     no_compile: str | None = None
+    # Data parallelism (scaling.num_workers > 1): None = the method shards its global batch over the ranks
+    # (ctx.shard) and averages gradients (DDP or ctx.average_gradients); a string = why it cannot, and
+    # config validation refuses num_workers > 1 with it. single_worker_settings: the same, per extra setting
+    # (a data-parallel method whose `simulate` or `explain` setting is one whole computation).
+    single_worker: str | None = None
+    single_worker_settings: dict[str, str] = field(default_factory=dict)
+
+    def single_worker_reason(self, setting: str = "train") -> str | None:
+        return self.single_worker or self.single_worker_settings.get(setting)
 
     def config_cls(self) -> type[MethodConfig]:
         return import_object(self.config)

@@ -42,7 +42,7 @@ def tune_console(metric: str, time_attr: str, params: list[str], sweep_dir: str,
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             last = trial.last_result or {}
-            from methodlab.runners.tune import read_early_stops
+            from methodlab.runners.results import read_early_stops
 
             how = "stopped early by ASHA" if trial.trial_id in read_early_stops(self.sweep_dir) else "finished"
             n_done = sum(t.status in ("TERMINATED", "ERROR") and t is not trial for t in trials) + 1

@@ -68,18 +68,22 @@ def controller_knows_its_cluster():
         names = train_constants.ENV_VARS_TO_PROPAGATE
     except (ImportError, AttributeError):
         names = None
-    if addr is None or not isinstance(names, set):
+    if not isinstance(names, set):
         yield
         return
-    added = "RAY_ADDRESS" not in names
+    # the test probes and faults of core/faults.py set in this process reach the workers too
+    from methodlab.core import faults
+
+    wanted = {n for n in faults.ALL if os.environ.get(n)} | ({"RAY_ADDRESS"} if addr else set())
+    added = wanted - names
     before = os.environ.get("RAY_ADDRESS")
-    names.add("RAY_ADDRESS")
-    os.environ["RAY_ADDRESS"] = addr
+    names.update(added)
+    if addr:
+        os.environ["RAY_ADDRESS"] = addr
     try:
         yield
     finally:
-        if added:
-            names.discard("RAY_ADDRESS")
+        names.difference_update(added)
         if before is None:
             os.environ.pop("RAY_ADDRESS", None)
         else:

@@ -11,6 +11,8 @@ import pandas as pd
 
 SUMMARY = "summary.parquet"
 HISTORY = "history.parquet"
+# {trial_id, at} of each trial the sweep's ASHA stopped early, one JSON line each (runners/tune.py writes it)
+EARLY_STOPS = "early_stops.jsonl"
 
 
 def _flat(prefix: str, d: dict) -> dict:
@@ -28,6 +30,15 @@ def _flat(prefix: str, d: dict) -> dict:
 
 def _numeric(d: dict) -> dict:
     return {k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_")}
+
+
+def read_early_stops(sweep_dir: str | Path) -> dict:
+    """{trial_id: time attribute} of the trials the scheduler stopped early (empty when none or no log)."""
+    path = Path(sweep_dir) / EARLY_STOPS
+    if not path.exists():
+        return {}
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return {r["trial_id"]: r["at"] for r in rows}
 
 
 def read_history_jsonl(path: Path) -> list[dict]:

@@ -318,7 +318,7 @@ def tune_callback(cfg: dict, sweep_dir: str, sweep_name: str, primary: str, spac
             last = dict(trial.last_result or {})
             ckpt = getattr(trial.checkpoint, "path", None) if trial.checkpoint else last.get("checkpoint_path")
             tr.set_tag("checkpoint", ckpt)
-            from methodlab.runners.tune import read_early_stops
+            from methodlab.runners.results import read_early_stops
 
             stops = read_early_stops(self.sweep_dir)
             tr.set_tag("methodlab.stopped_by_scheduler", trial.trial_id in stops)

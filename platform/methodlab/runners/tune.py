@@ -21,7 +21,6 @@ from methodlab.core.overrides import apply_overrides, deep_merge
 from methodlab.core.registry import get_spec
 
 SWEEP_RECORD = "sweep.yaml"
-EARLY_STOPS = "early_stops.jsonl"
 # Every report of a function trial, appended by the trial itself to <sweep>/trial_reports/<trial id>.jsonl
 # before tune.report (local or shared storage only). A trial whose node is lost can have its last checkpoint
 # persisted and used for the retry while its result never reached the sweep's driver (measured: step 500
@@ -120,14 +119,6 @@ def recording_asha(log_path: str | None, **kwargs):
     return RecordingASHA(**kwargs)
 
 
-def read_early_stops(sweep_dir: str | Path) -> dict:
-    path = Path(sweep_dir) / EARLY_STOPS
-    if not path.exists():
-        return {}
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    return {r["trial_id"]: r["at"] for r in rows}
-
-
 def sweep_tracking(loaded_space) -> dict | None:
     """The search space's `tracking` block, or else its base job's."""
     from methodlab.runners.tracking import settings
@@ -175,6 +166,7 @@ def build_tuner(loaded_space, name: str, storage: str, *, restore: bool = False,
 
     from methodlab.core.device import thread_count
     from methodlab.runners.paths import is_uri
+    from methodlab.runners.results import EARLY_STOPS
 
     space = loaded_space.space
     base = loaded_space.base
@@ -326,7 +318,7 @@ def run_tune(loaded_space, name: str, storage: str, *, address: str | None = Non
              restore: bool = False, assume_shared_storage: bool = False, autoscaling: bool = False) -> dict:
     from methodlab.runners.paths import check_shared_storage
     from methodlab.runners.ray_session import init_ray
-    from methodlab.runners.results import write_sweep_summary
+    from methodlab.runners.results import read_early_stops, write_sweep_summary
 
     init_ray(address, quiet=quiet)
     check_shared_storage(storage, assume_shared_storage)  # on a multi-node cluster, before any trial starts

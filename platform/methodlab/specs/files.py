@@ -168,7 +168,8 @@ def load_job(path: str | Path | None = None, *, data: dict | None = None, overri
     if job.setting not in spec.setting_names():
         raise ConfigError(f"unknown setting {job.setting!r}; allowed: {', '.join(spec.setting_names())}",
                           where=CLI if ("setting",) in job_paths else where, field="setting")
-    check_method_accepts(spec, job.scaling, where=where)  # GPU / precision / compile, before anything starts
+    # GPU / precision / compile / data parallelism, before anything starts
+    check_method_accepts(spec, job.scaling, where=where, setting=job.setting)
     # precedence: method defaults < job file < smoke preset < sweep layers < command line
     cls = spec.config_cls()
     cfg_values = _values([(k.removeprefix("config."), v) for k, v in cfg_items], typed, cls)
@@ -180,6 +181,11 @@ def load_job(path: str | Path | None = None, *, data: dict | None = None, overri
     cfg = validate_layers(cls, job.config, data_, cfg_paths, where=where, prefix="config",
                           owner=f"{spec.slug}'s config", extra_names=tuple(sorted(top)),
                           layers_where=layers_where if config_layers else None)
+    single = cfg.single_worker_reason(job.setting) if job.scaling.num_workers > 1 else None
+    if single:
+        raise ConfigError(f"this {spec.slug} config does not run data-parallel ({single}); set num_workers: 1 and "
+                          "run seeds or settings side by side as parallel Tune trials (methodlab tune)",
+                          where=where, field="scaling.num_workers")
     if cli_config:
         job = job.model_copy(update={"config": deep_merge(job.config, cli_config)})
     return LoadedJob(Path(path) if path else None, job, cfg)
@@ -303,27 +309,5 @@ def load_serve_file(path: str | Path, check_checkpoints: bool = False) -> dict:
     return raw
 
 
-def load_any(path: str | Path) -> str:
-    """Validate a file by where it lives; returns its kind."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("not a file" if p.exists() else "file not found", where=str(p))
-    parts = p.resolve().parts
-    if "search_spaces" in parts:
-        load_search_space(p)
-        return "search_space"
-    if "serve" in parts:
-        load_serve_file(p)
-        return "serve"
-    if "k8s" in parts:
-        from methodlab.cluster.k8s import validate_manifest_file
-
-        read_yaml_docs(p)  # unreadable or not YAML: one line
-        validate_manifest_file(p)
-        return "k8s"
-    load_job(p)
-    return "job"
-
-
-__all__ = ["LoadedJob", "LoadedSpace", "MethodlabError", "load_any", "load_job", "load_search_space", "load_serve_file",
+__all__ = ["LoadedJob", "LoadedSpace", "MethodlabError", "load_job", "load_search_space", "load_serve_file",
            "read_yaml", "method_config"]

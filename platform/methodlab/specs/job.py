@@ -54,6 +54,19 @@ class Tracking(Strict):
     experiment: str | None = Field(None, min_length=1, max_length=200, description="MLflow experiment (default: the method slug).")
 
 
+class Kubernetes(Strict):
+    """How `methodlab k8s render` lays the job out on Kubernetes pods (KubeRay RayJob); ignored by `run`/`submit`."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the worker pods must match (the pod's nodeSelector), e.g. "
+                                          "{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}; the head pod goes anywhere.")
+    gpus_per_pod: int | None = Field(
+        None, ge=1, le=64, description="GPUs per worker pod (scaling.use_gpu jobs), e.g. 8 for a whole 8-GPU node: "
+                                       "the pod holds gpus_per_pod / gpus_per_worker Ray Train workers (a whole "
+                                       "number), and ceil(num_workers / that) pods run. Default: "
+                                       "ceil(gpus_per_worker or 1), one worker per pod (two for 0.5).")
+
+
 class JobFile(Strict):
     method: str = Field(description="Registered method slug (`methodlab methods list`).")
     setting: str = Field("train", description="Method entry point: 'train' or a setting the method declares.")
@@ -63,3 +76,5 @@ class JobFile(Strict):
     run: RunPolicy = Field(default_factory=RunPolicy)
     tracking: Tracking = Field(default_factory=Tracking)
     runtime_env: dict[str, Any] = Field(default_factory=dict, description="Ray runtime_env for cluster runs.")
+    kubernetes: Kubernetes = Field(default_factory=Kubernetes,
+                                   description="Pod layout for `methodlab k8s render` (GPUs per pod, nodeSelector).")

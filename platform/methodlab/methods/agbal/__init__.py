@@ -15,4 +15,7 @@ SPEC = MethodSpec(
     reproduce=f"{_PKG}.reproduce:main",
     settings={"density_ratio": f"{_PKG}.train:fit_density_ratio", "round": f"{_PKG}.train:fit_round"},
     family="al",
+    # train / round shard the regressor's mini-batches over the ranks (DDP); density_ratio is one full-batch fit
+    single_worker_settings={"density_ratio": "one full-batch L-BFGS fit of the density-ratio classifier, no "
+                            "mini-batches to shard: every rank would repeat the same fit"},
 )

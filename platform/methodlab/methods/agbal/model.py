@@ -43,7 +43,9 @@ def train_net(net: MLP, x: np.ndarray, y: np.ndarray, *, epochs: int, batch: int
               seed: int, sample_weight: np.ndarray | None = None, ctx=None, model: nn.Module | None = None) -> MLP:
     """Adam on the (weighted) MSE of standardised targets, cosine-decayed lr over all steps. The data move once to
     the network's device; batches are drawn there. `ctx` (a RunContext) supplies autocast / backward / optimiser
-    step (fp16: GradScaler); `model` is the prepared module to call (default: net)."""
+    step (fp16: GradScaler); `model` is the prepared module to call (default: net). Data parallel (ctx.world_size
+    > 1, `model` DDP-wrapped): every rank draws the same global batches and trains on its `ctx.shard` of each;
+    DDP averages the gradients, so the ranks hold identical weights after every step."""
     dev = _device(net)
     xt = torch.as_tensor(x, dtype=torch.float32, device=dev)
     yt = torch.as_tensor(y, dtype=torch.float32, device=dev)
@@ -60,14 +62,21 @@ def train_net(net: MLP, x: np.ndarray, y: np.ndarray, *, epochs: int, batch: int
     opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     g = torch.Generator(device=dev).manual_seed(seed)  # batches drawn where they are used (CUDA: another order)
+    world = ctx.world_size
     fwd.train()
     for _ in range(epochs):
-        perm = torch.randperm(n, generator=g, device=dev)
+        perm = torch.randperm(n, generator=g, device=dev)  # the same global order on every rank
         for k in range(per_epoch):
-            idx = perm[k * batch:(k + 1) * batch]
+            idx = perm[k * batch:(k + 1) * batch]  # the global mini-batch
+            loc = ctx.shard(idx)  # data parallel: this rank's part (all of it on one worker)
             with ctx.autocast():
-                err = (fwd(xt[idx]).float() - yt[idx]) ** 2
-            loss = err.mean() if wt is None else (wt[idx] * err).sum() / wt[idx].sum().clamp_min(1e-12)
+                err = (fwd(xt[loc]).float() - yt[loc]) ** 2
+            if world == 1:  # the 1-worker expressions, bit for bit
+                loss = err.mean() if wt is None else (wt[idx] * err).sum() / wt[idx].sum().clamp_min(1e-12)
+            else:  # this rank's share of the global batch's loss: DDP's mean over the ranks is that loss exactly,
+                # also when the last batch of an epoch splits unevenly (the denominator is the global batch's)
+                den = float(len(idx)) if wt is None else wt[idx].sum().clamp_min(1e-12)
+                loss = (err if wt is None else wt[loc] * err).sum() * (world / den)
             opt.zero_grad(set_to_none=True)
             ctx.backward(loss)
             ctx.optimizer_step(opt)

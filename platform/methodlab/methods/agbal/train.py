@@ -2,7 +2,9 @@
 then per round: train the MLP on the labelled target set, log test RMSE (and, where pool labels are hidden in the
 data, the surrogate's Spearman correlation with the true error), checkpoint, select the next batch.
 Settings: train (= al_run: the whole loop), round (one round on a user's tables: retrain, propose the next batch,
-write a checkpoint), density_ratio (fit the ratio model and report its diagnostics). The regressor, its training
+write a checkpoint), density_ratio (fit the ratio model and report its diagnostics). Data parallel (train,
+round): the MLP's mini-batches are sharded over the ranks (train_net, DDP); the ratio fit, the metrics and the
+selection run on every rank alike (identical weights) and rank 0's selection is broadcast. The regressor, its training
 batches, the ratio classifier and the feature sketches live on ctx.device; the tables and the selection maths are
 numpy on the host (read back once per round)."""
 
@@ -131,6 +133,16 @@ def round_metrics(cfg: Config, task, st: State, lab_ids, k: int, logs: list[floa
     return m
 
 
+def same_on_every_rank(ctx: RunContext, selected: list[int]) -> list[int]:
+    """Data parallel: rank 0's selection on every rank. The ranks hold identical weights (DDP) and run the same
+    seeded numpy selection, so they agree already; the broadcast makes that a guarantee (one small collective
+    per round; nothing at world size 1)."""
+    if ctx.world_size <= 1:
+        return selected
+    ids = torch.tensor(selected, dtype=torch.int64, device=ctx.device)
+    return [int(i) for i in ctx.broadcast(ids, src=0).tolist()]
+
+
 def fit(cfg: Config, ctx: RunContext) -> dict:
     ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
@@ -167,7 +179,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         xl, _ = labelled_xy(task, lab)
         b = min(cfg.batch_size, len(cand))
         acq = acquire(cfg, st, task.x_pool, xl, cand, b, cfg.strategy, rng)
-        lab = sorted(lab + acq.selected)
+        lab = sorted(lab + same_on_every_rank(ctx, acq.selected))
         k += 1
     return ctx.history[-1]
 
@@ -221,12 +233,13 @@ def fit_round(cfg: Config, ctx: RunContext) -> dict:
     xl, _ = labelled_xy(task, lab)
     b = min(cfg.batch_size, len(cand))
     acq = acquire(cfg, st, task.x_pool, xl, cand, b, cfg.strategy, np.random.default_rng([cfg.seed, 0, 17]))
+    acq.selected = same_on_every_rank(ctx, acq.selected)
     scores = [] if acq.u is None else [float(acq.u[i]) for i in acq.selected]
     proposal = {"selected_ids": acq.selected, "scores": scores, "n_pool": int(len(task.x_pool))}
     m["proposal/size"] = len(acq.selected)
     m["time/round_s"] = time.perf_counter() - t0
     ctx.report(m, checkpoint=_writer(cfg, st, ratio, task, lab, 0, ctx, proposal))
-    if not ctx.quiet:
+    if not ctx.quiet and ctx.is_main:
         print(f"agbal round: proposed pool rows {acq.selected}")
     return ctx.history[-1]
 

@@ -19,6 +19,11 @@ class Config(MethodConfig):
     smoke: ClassVar[dict] = {"data": "digits", "steps": None, "n_steps": 3, "epochs": 1, "lr": 1e-3,
                              "eval_subsets": 1}
 
+    def single_worker_reason(self, setting: str = "train") -> str | None:
+        if self.dtype == "float64":
+            return "dtype float64 is the exactness setting: data-parallel gradients are averaged in float32"
+        return None
+
     seed: int = Field(0, description="Seed of the data generator, batch order and evaluation subsets.")
     torch_threads: int | None = Field(None, ge=1, le=256, description="Narrows the runner's torch threads "
                                       "(scaling.cpus_per_worker) for this run; None: the runner's count.")

@@ -2,7 +2,10 @@
 projectors from the statistics of steps < t, train the two heads for `epochs` epochs (AdamW, linear decay to 0
 within the step, a fresh optimizer per step) with the gradient surgery before every update, update the
 statistics with the step's training features, evaluate every test set, report and checkpoint. `method=joint`
-trains once on the union (same optimiser, same total number of updates, one decay) and evaluates at the end."""
+trains once on the union (same optimiser, same total number of updates, one decay) and evaluates at the end.
+Data parallel: every rank draws the same mini-batches and computes the loss rows of its ctx.shard against the
+whole batch's negatives (rank_loss); ctx.average_gradients makes the global batch's gradient before the surgery;
+statistics, evaluation and EWC's Fisher are computed alike on every rank (identical heads)."""
 
 from __future__ import annotations
 
@@ -65,6 +68,51 @@ def contrastive_loss(heads: Heads, a: str, b: str, xa: torch.Tensor, xb: torch.T
     if cfg.symmetric:
         loss = 0.5 * (loss + F.cross_entropy(logits.T, target))
     return loss
+
+
+def rank_loss(model, a: str, b: str, xa: torch.Tensor, xb: torch.Tensor, pos: torch.Tensor, cfg: Config,
+              world: int) -> torch.Tensor:
+    """Data parallel: this rank's share of `contrastive_loss` on the global batch (xa, xb). The CE is a sum of
+    per-row terms, each against every column of the global batch (the in-batch negatives), so the rank computes
+    the rows at its positions `pos` (its ctx.shard) against the whole batch's partner outputs, scaled so that the
+    mean over the ranks is the global batch's loss and the averaged gradients are its gradient exactly, however
+    the batch splits. The partner head runs on the whole batch on every rank (no all_gather in the contract)."""
+    n = len(xa)
+    ha = model(a, xa[pos]) if not cfg.symmetric else model(a, xa)
+    hb = model(b, xb)
+    rows = ha if not cfg.symmetric else ha[pos]
+    loss = F.cross_entropy(rows @ hb.T / cfg.temperature, pos, reduction="sum")
+    if cfg.symmetric:  # the column terms of the rank's positions, against every row of the batch
+        loss = 0.5 * (loss + F.cross_entropy(hb[pos] @ ha.T / cfg.temperature, pos, reduction="sum"))
+    return loss * (world / n)
+
+
+def batch_loss(model, a: str, b: str, xa: torch.Tensor, xb: torch.Tensor, idx: torch.Tensor, cfg: Config,
+               ctx: RunContext | None) -> torch.Tensor:
+    """The training loss of the global mini-batch `idx` on this rank: every rank draws the same batch and takes
+    its part with ctx.shard (the whole batch, and the 1-worker expression, at world size 1)."""
+    if ctx is None:
+        return contrastive_loss(model, a, b, xa[idx], xb[idx], cfg)
+    loc, pos = ctx.shard(idx, torch.arange(len(idx), device=idx.device))
+    if ctx.world_size == 1:
+        return contrastive_loss(model, a, b, xa[loc], xb[loc], cfg)
+    return rank_loss(model, a, b, xa[idx], xb[idx], pos, cfg, ctx.world_size)
+
+
+def average_gradients(ctx: RunContext | None, params: list) -> None:
+    """Data parallel: the mean over the ranks of each rank's gradient (the global batch's gradient), before the
+    surgery and the optimiser step. No DDP wrapper: the trained heads change with the continual step."""
+    if ctx is not None:
+        ctx.average_gradients(params)
+
+
+def global_losses(ctx: RunContext | None, values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-rank loss figures (each rank's share, `rank_loss`) as the global batch's: their mean over the ranks,
+    one collective per continual step (float32 on the device; nothing at world size 1)."""
+    if ctx is None or ctx.world_size <= 1:
+        return values
+    flat = ctx.all_reduce(torch.stack([v.reshape(()).to(torch.float32) for v in values]), op="mean")
+    return list(flat.double().unbind())
 
 
 def batches(n: int, bs: int, seed: int, t: int, epoch: int, device=None) -> list[torch.Tensor]:
@@ -157,10 +205,11 @@ def train_step(heads: Heads, task, t: int, cfg: Config, state: DNSState, ewc: EW
         run = torch.zeros((), dtype=torch.float64, device=dev)
         for idx in batches(len(xa), cfg.batch_size, cfg.seed, t, epoch, dev):
             with _autocast(ctx):
-                loss = contrastive_loss(model, a, b, xa[idx], xb[idx], cfg)  # float32 (or float64) CE
+                loss = batch_loss(model, a, b, xa, xb, idx, cfg, ctx)  # float32 (or float64) CE
             pen = ewc.penalty(heads, (a, b), cfg.ewc_lambda) if cfg.method == "ewc" else None
             opt.zero_grad(set_to_none=True)
             _backward(ctx, loss if pen is None else loss + pen)
+            average_gradients(ctx, pw + pb)  # the same penalty on every rank: its gradient survives the mean
             for m in (a, b):
                 surgery(heads, m, proj, cfg, shares)
             _step(ctx, opt)
@@ -172,6 +221,7 @@ def train_step(heads: Heads, task, t: int, cfg: Config, state: DNSState, ewc: EW
     # mean over the step's updates of ||projected G|| / ||G|| per head (absent: that head is not projected);
     # the values are read here, once per continual step (numpy's mean over them, as before)
     info.update({f"grad/{k}": float(np.mean(torch.stack(v).cpu().numpy())) for k, v in shares.items()})
+    *epoch_losses, batch_first, batch_last = global_losses(ctx, [*epoch_losses, batch_first, batch_last])
     info["train/loss_end"] = mean_train_loss(heads, task, cfg)
     info["train/loss_drop"] = 1.0 - info["train/loss_end"] / max(info["train/loss_start"], 1e-12)
     info["train/epoch_loss_first"] = float(epoch_losses[0]) / len(xa)
@@ -229,6 +279,11 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
 
         raise ConfigError(f"dtype=float64 (the exactness setting) cannot run under precision {ctx.precision}: "
                           "autocast would compute the heads in half precision", field="config.dtype")
+    if cfg.dtype == "float64" and ctx.world_size > 1:
+        from methodlab.core import ConfigError
+
+        raise ConfigError("dtype=float64 (the exactness setting) runs on one worker: data-parallel gradients are "
+                          "averaged in float32; set scaling.num_workers: 1", field="config.dtype")
     seed_everything(cfg.seed)
     dev = ctx.device
     host_tasks = build_tasks(cfg, log=None if ctx.quiet else print)
@@ -238,7 +293,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         heads = Heads(mods, cfg.dim, _dtype(cfg), device=dev)
     for m in mods:
         heads.b[m].requires_grad_(cfg.train_bias)
-    model = ctx.prepare_model(heads)  # the training forward (compiled when asked); `heads` for surgery and eval
+    # the training forward (compiled when asked); `heads` for surgery and eval. No DDP wrapper (ddp=False): each
+    # continual step trains another pair of heads; train_step averages the gradients with ctx.average_gradients
+    model = ctx.prepare_model(heads, ddp=False)
     heads = ctx.unwrap(model)
     state = DNSState(mods, cfg.dim, cfg.per_modality_counts, cfg.center_features, device=dev)
     ewc = EWC()
@@ -324,8 +381,9 @@ def train_joint(heads: Heads, tasks, cfg: Config, ctx: RunContext | None = None,
         a, b, xa, xb = data[j]
         opt.zero_grad(set_to_none=True)
         with _autocast(ctx):
-            loss = contrastive_loss(model, a, b, xa[idx], xb[idx], cfg)
+            loss = batch_loss(model, a, b, xa, xb, idx, cfg, ctx)
         _backward(ctx, loss)
+        average_gradients(ctx, pw + pb)
         _step(ctx, opt)
         sched.step()
     end = float(np.mean([mean_train_loss(heads, t, cfg) for t in tasks]))

@@ -15,4 +15,7 @@ SPEC = MethodSpec(
     reproduce=f"{_PKG}.reproduce:main",
     settings={"sketch_only": f"{_PKG}.train:fit_sketch_only", "baseline.exact": f"{_PKG}.train:fit_exact",
               "baseline.exact_conv": f"{_PKG}.train:fit_exact_conv", "baseline.indecater": f"{_PKG}.train:fit_indecater"},
+    single_worker_settings={
+        "sketch_only": "builds and scores the tensor sketches of each level once: no training to split",
+    },
 )

@@ -174,7 +174,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             perm = torch.randperm(cfg.n_train_seq, generator=gen, device=ctx.device)
             perm = perm[pos * cfg.batch_size:(pos + 1) * cfg.batch_size]
             idx, target = seqs["train"].idx[perm], seqs["train"].target[perm]
-        idx, target = idx[ctx.rank::ctx.world_size], target[ctx.rank::ctx.world_size]  # data-parallel shard
+        idx, target = ctx.shard(idx, target)  # this rank's rows of the global batch (all of it on one worker)
         with ctx.autocast():  # the perception net; probabilities come out in float32
             probs = digit_probs(model, pools.x_train, idx, cfg.distinct_images)
         loss = sequence_loss(cfg, tree, probs, target, gen)  # the tree and the loss in float32
@@ -194,6 +194,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if timed:
             next_eval_t = (math.floor(train_s / cfg.eval_every_s) + 1) * cfg.eval_every_s
         mean_loss = float(loss_sum) / max(1, loss_n)  # the one read of the window's losses
+        if ctx.world_size > 1:  # the whole batch's loss (the mean of the ranks' shard means), as on one worker
+            mean_loss = float(ctx.all_reduce(torch.tensor([mean_loss], dtype=torch.float32, device=ctx.device)))
         if not math.isfinite(mean_loss):  # any non-finite step loss makes the window's sum non-finite
             raise FloatingPointError(f"non-finite loss {mean_loss} in steps {step - loss_n + 1}..{step} "
                                      f"(stage N={stages[i].N})")

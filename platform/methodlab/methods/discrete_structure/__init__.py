@@ -11,7 +11,7 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
+    reproduce=f"{_PKG}.reproduce:study",
     settings={"simulate": f"{_PKG}.simulate:fit_simulate",
               "benchmark": f"{_PKG}.benchmark:fit_benchmark",
               "equivalence_class": f"{_PKG}.train:fit_equivalence_class"},
@@ -23,4 +23,6 @@ SPEC = MethodSpec(
                    "autocast leaves float64 ops untouched anyway",
     no_compile="no torch module: the path optimises raw float64 tensors (B, b) with host-side branches per step "
                "(domain restarts, stage switches, convergence checks) and L-BFGS refits",
+    single_worker="a full-batch path on the whole n x d design (DAGMA stages, L-BFGS refits, a 1e-6 relative "
+                  "convergence test): no minibatches to shard, and each rank would repeat the whole fit",
 )

@@ -12,15 +12,12 @@ own problem builder, DAGMA path, threshold and selection objective with the benc
   cannot diversify it).
 
 F = training BCE of the order-<=K refit on the thresholded DAG + lambda * sum quasi-MCP(W) (learner.selection_objective).
-`python -m methodlab.methods.discrete_structure.diagnostics 0,1,2` writes reports/discrete_structure_diagnostics.json;
-the report renders it."""
+`methodlab reproduce discrete_structure` runs `run_seed` as the study's task `bounding` (per reported seed, on the
+config of arm A-random_cpt-mvb) and renders its rows with `render`."""
 
 from __future__ import annotations
 
-import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -36,14 +33,6 @@ def true_order(T: np.ndarray) -> list[int]:
     return order
 
 
-def _cfg(seed: int, mechanism: str, extra: dict | None = None):
-    from methodlab.methods.discrete_structure.config import Config
-    from methodlab.methods.discrete_structure.reproduce import job_config
-
-    return Config(**{**job_config("benchmark"), "d": 8, "n": 5000, "mechanism": mechanism, "seed": seed,
-                     **(extra or {})})
-
-
 def _score(data, W, cfg, K):
     from methodlab.methods.discrete_structure import graphs, learner
     from methodlab.methods.discrete_structure import model as M
@@ -54,20 +43,21 @@ def _score(data, W, cfg, K):
             "F": float(learner.selection_objective(data.x_train, dag, K, cfg))}
 
 
-def run_seed(seed: int, mechanism: str = "random_cpt", extra: dict | None = None) -> dict:
+def run_seed(cfg) -> dict:
+    """The bounding experiments on one seed's data, `cfg` the arm's resolved config (benchmark preset, K = 3)."""
     from methodlab.core.device import set_threads
     from methodlab.methods.discrete_structure import graphs, learner, train
     from methodlab.methods.discrete_structure import model as M
     from methodlab.methods.discrete_structure.data import build_data
 
     set_threads(1)  # the recipe: one thread per process (learner calls, not fit: no ctx.limit_threads here)
-    cfg = _cfg(seed, mechanism, extra)
+    seed = cfg.seed
     data = build_data(cfg)
     T = np.asarray(data.truth)
     d = T.shape[0]
     K = cfg.order(d)
     Ct = graphs.cpdag(T)
-    out = {"seed": seed, "mechanism": mechanism, "true_edges": int(T.sum()),
+    out = {"seed": seed, "mechanism": cfg.mechanism, "true_edges": int(T.sum()),
            "F_truth": float(learner.selection_objective(data.x_train, T, K, cfg)),
            "near_constant_nodes": [int(j) for j, m in enumerate(data.x_train.mean(0)) if min(m, 1 - m) < 0.02]}
     prob = train._problem(cfg, data.x_train, None)
@@ -117,20 +107,55 @@ def run_seed(seed: int, mechanism: str = "random_cpt", extra: dict | None = None
     return out
 
 
-def main(seeds=(0, 1, 2), out_dir: str = "reports", workers: int = 1) -> Path:
-    t0 = time.perf_counter()
-    if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            rows = list(pool.map(run_seed, seeds))
-    else:
-        rows = [run_seed(s) for s in seeds]
-    path = Path(out_dir) / "discrete_structure_diagnostics.json"
-    path.write_text(json.dumps({"seeds": list(seeds), "wall_s": time.perf_counter() - t0, "rows": rows}, indent=1))
-    return path
+def _mean(v) -> float:
+    return float(np.mean(v)) if len(v) else float("nan")
 
 
-if __name__ == "__main__":  # pragma: no cover
-    print(main(tuple(int(s) for s in sys.argv[1].split(",")) if len(sys.argv) > 1 else (0, 1, 2),
-               workers=int(sys.argv[2]) if len(sys.argv) > 2 else 1))
+def render(rows: list[dict]) -> list[str]:
+    """Markdown of the bounding experiments (the task's rows, one per seed): a table and its reading."""
+    if not rows:
+        return []
+    n, seeds = len(rows), ", ".join(str(r["seed"]) for r in rows)
+    secs = sum(r[k]["s"] for r in rows for k in ("path", "known_order", "oracle_warm", "oracle_init_stage0",
+                                                   "oracle_init_stage1"))
+    head = ["seed", "true edges", "near-constant", "path SHD (edges)", "path F", "F(true)",
+            "path SHD at omega 0.1 / 0.2 / 0.3 / 0.5", "known order SHD (edges)",
+            "oracle warm start SHD at start -> end (edges)", "oracle warm F", "oracle init s0 / s1 SHD",
+            "s: path / known / warm"]
+    body = [[r["seed"], r["true_edges"], ",".join(map(str, r["near_constant_nodes"])) or "-",
+             f"{r['path']['shd']} ({r['path']['edges']})", f"{r['path']['F']:.4f}", f"{r['F_truth']:.4f}",
+             " / ".join(str(r["path_omega"][str(k)]) for k in OMEGAS),
+             f"{r['known_order']['shd']} ({r['known_order']['edges']})",
+             f"{r['oracle_warm']['shd_at_start']} -> {r['oracle_warm']['shd']} ({r['oracle_warm']['edges']})",
+             f"{r['oracle_warm']['F']:.4f}", f"{r['oracle_init_stage0']['shd']} / {r['oracle_init_stage1']['shd']}",
+             f"{r['path']['s']:.0f} / {r['known_order']['s']:.0f} / {r['oracle_warm']['s']:.0f}"] for r in rows]
+    mean = {k: _mean([r[k]["shd"] for r in rows]) for k in ("path", "known_order", "oracle_warm")}
+    body.append(["mean", "", "", f"{mean['path']:.2f}", "", "", "", f"{mean['known_order']:.2f}",
+                 f"{mean['oracle_warm']:.2f}", "", "", ""])
+    better = sum(r["oracle_warm"]["F"] < r["path"]["F"] for r in rows)
+    same = sum(r["oracle_init_stage0"]["shd"] == r["path"]["shd"] == r["oracle_init_stage1"]["shd"] for r in rows)
+    return [f"### Bounding experiments — random_cpt, K = 3, this preset (seeds {seeds}; the study's task "
+            f"`bounding`, diagnostics.py, {secs / 60:.1f} min of fits)", "",
+            "Same data, objective and preset as the K = 3 rows above. *path*: the preset fit; *known order*: node j may "
+            "only use its predecessors in the true topological order (order search removed; what is left is estimation); "
+            "*oracle warm start*: the last path stage (mu = 0.001) started from the true DAG's refit coefficients; "
+            "*oracle init s0 / s1*: the path started at stage 0 / 1 from main effects drawn along the true order. "
+            "F = refit BCE + lambda * sum quasi-MCP(W) at the thresholded DAG (lower is better); F(true) is the true "
+            "DAG's. Near-constant: nodes with marginal P(x = 1) < 0.02 or > 0.98 (their edges are barely identifiable "
+            "at n = 5,000).", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in body), "",
+            f"Reading: started at the truth, the last stage stays near it (mean SHD {mean['oracle_warm']:.2f}) at a "
+            f"lower F than the path's endpoint on {better} of {n} seeds (mean F "
+            f"{_mean([r['oracle_warm']['F'] for r in rows]):.4f} vs {_mean([r['path']['F'] for r in rows]):.4f}): the "
+            "true graph's basin is a stable, better point of the same objective that the path does not reach. Started "
+            f"from main effects along the true order, the path ends at the zero start's SHD on {same} of {n} seeds: it "
+            "forgets its initialisation in the early (loss-dominated) stages, so random-order multi-starts (the "
+            "`restarts` option) cannot diversify it. No threshold omega rescues the path's W (best over omega per "
+            "seed: " + " / ".join(str(min(r["path_omega"].values())) for r in rows) + "). With the true order given "
+            f"but the path run from zero, the SHD is {mean['known_order']:.2f} (edges "
+            + " / ".join(str(r["known_order"]["edges"]) for r in rows) + " vs true "
+            + " / ".join(str(r["true_edges"]) for r in rows) + ") at a higher F than the oracle warm start on "
+            f"{sum(r['known_order']['F'] > r['oracle_warm']['F'] for r in rows)} of {n} seeds: the path's early "
+            "loss-dominated stages also keep edges it cannot shed later, so both its order search and its edge "
+            "selection fall short of the objective's own optimum.", ""]

@@ -14,4 +14,7 @@ SPEC = MethodSpec(
     reproduce=f"{_PKG}.reproduce:main",
     settings={"explain": f"{_PKG}.train:explain"},
     family="rec",
+    single_worker_settings={
+        "explain": "writes one checkpoint's descriptors: no training to split",
+    },
 )

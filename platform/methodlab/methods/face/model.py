@@ -173,6 +173,13 @@ def info_nce(c: torch.Tensor, e: torch.Tensor, tau: float) -> torch.Tensor:
     return F.cross_entropy(c @ e.T / tau, torch.arange(len(c), device=c.device))
 
 
+def info_nce_part(c: torch.Tensor, e: torch.Tensor, target: torch.Tensor, tau: float, n_total: int) -> torch.Tensor:
+    """A share of info_nce over n_total rows (data parallel): some of the rows, c, against ALL the profile
+    embeddings e (constants), `target` each row's own profile in e; the rows' cross-entropies summed over n_total,
+    so the shares of disjoint row sets add up to info_nce of all the rows."""
+    return F.cross_entropy(c @ e.T / tau, target, reduction="sum") / n_total
+
+
 def lm_encode(bb, fm: FACE, z_st: torch.Tensor, prompt_ids: list[int]) -> torch.Tensor:
     """[CLS] + prompt + t_1 , t_2 , ... t_W + [SEP] as inputs_embeds -> mean-pooled, normalised embedding."""
     n, W, _ = z_st.shape

@@ -1,4 +1,11 @@
-"""fit(cfg, ctx): the three FACE stages (pretrain CF -> map -> align) in one loop, checkpointing each stage."""
+"""fit(cfg, ctx): the three FACE stages (pretrain CF -> map -> align) in one loop, checkpointing each stage.
+
+Data parallel (world_size > 1): every rank draws the same epoch of triples and the same align rows (one numpy
+sampler, seeded as on one worker), takes its rows of each global batch with ctx.shard and weights its loss terms by
+its share of the batch (each term is the rank's part of the whole batch's mean: BPR, L_vq and L_rec per triple row,
+L_align per align row against the profile embeddings of ALL the batch's align rows, which every rank holds). The
+gradients of the stage's parameter set are averaged with ctx.average_gradients, so the run follows the 1-worker
+trajectory up to float summation order (and dropout, drawn per rank). Reported losses are the whole batch's."""
 
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ from methodlab.methods.face.backbone import backbone_on
 from methodlab.core.paths import read_path
 from methodlab.methods.face.config import Config
 from methodlab.methods.face.data import Bundle, build
-from methodlab.methods.face.model import CF, FACE, bpr_loss, info_nce, lm_encode, norm_adj
+from methodlab.methods.face.model import CF, FACE, bpr_loss, info_nce, info_nce_part, lm_encode, norm_adj
 
 ORDER = ["pretrain", "map", "align"]
 INIT_WHAT = "a FACE checkpoint folder (a stage_* folder of a run's stage_dir, or a checkpoint_* folder)"
@@ -48,15 +55,42 @@ def sample_triples(train: np.ndarray, n_items: int, seen: set, rng: np.random.Ge
     return out[rng.permutation(len(out))]
 
 
-def _allreduce(params, ctx) -> None:
-    """Data-parallel: average gradients of the CF tables and FACE modules over the ranks (float32, on ctx.device;
-    the backbone is frozen, not reduced)."""
+def _average_grads(params, ctx) -> None:
+    """Data-parallel: average gradients of the CF tables and FACE modules over the ranks (one float32 bucket on
+    ctx.device; the backbone is frozen, not reduced). A parameter without a gradient on a rank (an empty share of a
+    batch) takes part with zeros, so every rank reduces the same set."""
     if ctx.world_size <= 1:
         return
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        ctx.all_reduce(p.grad, op="mean")
+    ctx.average_gradients(params)
+
+
+def _global(values: dict, ctx) -> dict:
+    """The whole global batch's values from the ranks' shares (their sum, one collective); as given on one worker."""
+    if ctx.world_size <= 1 or not values:
+        return values
+    keys = list(values)
+    total = ctx.all_reduce(torch.stack([torch.as_tensor(values[k], device=ctx.device).float().reshape(())
+                                        for k in keys]), op="sum")
+    return dict(zip(keys, total.unbind()))
+
+
+def _local_align(upos, uu, ipos, ii, n_glob: int, n_loc: int, tpos: np.ndarray):
+    """This rank's align rows of a global batch: the align rows (positions in the global batch's x = [u; p; q], n_glob
+    triples) whose triple this rank holds (`tpos`: the global triple index of each local row, from ctx.shard).
+    Returns (local x positions, index into the user rows / item rows of the align list) for users and items."""
+    loc = np.full(n_glob, -1)
+    loc[np.asarray(tpos)] = np.arange(n_loc)
+
+    def pick(pos):
+        part, t = np.divmod(np.asarray(pos), n_glob)
+        at = loc[t]
+        keep = np.flatnonzero(at >= 0)
+        return part[keep] * n_loc + at[keep], keep
+    (ux, uk), (ix, ik) = pick(upos), pick(ipos)
+    return ux, uk, ix, ik
 
 
 def align_rows(trip, n_rows: int | str, rng: np.random.Generator):
@@ -219,53 +253,65 @@ def fit(cfg: Config, ctx) -> dict:
                 break
             trip_host = sample_triples(rec.train, rec.n_items, seen, rng)  # numpy negatives (the data recipe), then
             trip = torch.as_tensor(trip_host, device=dev)  # moved to the device once per epoch
-            shard = slice(ctx.rank, None, max(1, ctx.world_size))
-            batches = list(torch.split(trip, cfg.batch_size))[shard]
-            batches_host = [trip_host[s:s + cfg.batch_size] for s in range(0, len(trip_host), cfg.batch_size)][shard]
-            for tb, tb_host in zip(batches, batches_host):
-                with ctx.autocast():
-                    eu, ei = cf_fwd(cfg.keep_rate)
-                    u, p, q = eu[tb[:, 0]], ei[tb[:, 1]], ei[tb[:, 2]]
-                    loss = bpr_loss(u.float(), p.float(), q.float())
-                    logs = {"l_bpr": loss.detach()}
-                    if stage != "pretrain":
-                        x = torch.cat([u, p, q])
-                        o = fm_fwd(x)
-                        l_rec = torch.nn.functional.mse_loss(o["x_hat"].float(), x.detach().float())
-                        loss = loss + cfg.vq_weight * o["l_vq"].float() + cfg.recons_weight * l_rec
-                        logs |= {"l_vq": o["l_vq"].detach(), "l_rec": l_rec.detach()}
-                        if stage == "align":
-                            upos, uu, ipos, ii = align_rows(tb_host, cfg.align_rows, rng)
-                            ix = lambda a: torch.as_tensor(a, dtype=torch.long, device=dev)  # noqa: E731
-                            c = torch.cat([lm_encode(bb, fm, o["z_st"][ix(upos)], B.user_prompt),
-                                           lm_encode(bb, fm, o["z_st"][ix(ipos)], B.item_prompt)])
-                            e = torch.cat([B.user_text[ix(uu)], B.item_text[ix(ii)]])
-                            l_al = info_nce(c.float(), e, cfg.temperature)
-                            loss = loss + cfg.align_weight * l_al
-                            logs["l_align"] = l_al.detach()
-                            align_log.append(l_al.detach())
-                            del align_log[:-cfg.log_every]  # only the report window is read
+            for start in range(0, len(trip_host), cfg.batch_size):
+                gb_host = trip_host[start:start + cfg.batch_size]  # the global batch: the same on every rank
+                n_glob = len(gb_host)
+                # this rank's rows of it (all of them on one worker); tpos: their positions in the global batch
+                tb, tb_host, tpos = ctx.shard(trip[start:start + cfg.batch_size], gb_host, np.arange(n_glob))
+                if ctx.world_size > 1:  # this rank's part of the whole batch's loss (see _sharded_step)
+                    logs = _sharded_step(cfg, stage, ctx, cf_fwd, fm_fwd, fm, bb, B, tb, tpos, gb_host, rng)
+                    loss = logs.pop("loss")
+                    if stage == "align":
+                        align_log.append(logs["l_align"])
+                        del align_log[:-cfg.log_every]
+                else:  # one worker: the whole batch (the reference path)
+                    with ctx.autocast():
+                        eu, ei = cf_fwd(cfg.keep_rate)
+                        u, p, q = eu[tb[:, 0]], ei[tb[:, 1]], ei[tb[:, 2]]
+                        loss = bpr_loss(u.float(), p.float(), q.float())
+                        logs = {"l_bpr": loss.detach()}
+                        if stage != "pretrain":
+                            x = torch.cat([u, p, q])
+                            o = fm_fwd(x)
+                            l_rec = torch.nn.functional.mse_loss(o["x_hat"].float(), x.detach().float())
+                            loss = loss + cfg.vq_weight * o["l_vq"].float() + cfg.recons_weight * l_rec
+                            logs |= {"l_vq": o["l_vq"].detach(), "l_rec": l_rec.detach()}
+                            if stage == "align":
+                                upos, uu, ipos, ii = align_rows(tb_host, cfg.align_rows, rng)
+                                ix = lambda a: torch.as_tensor(a, dtype=torch.long, device=dev)  # noqa: E731
+                                c = torch.cat([lm_encode(bb, fm, o["z_st"][ix(upos)], B.user_prompt),
+                                               lm_encode(bb, fm, o["z_st"][ix(ipos)], B.item_prompt)])
+                                e = torch.cat([B.user_text[ix(uu)], B.item_text[ix(ii)]])
+                                l_al = info_nce(c.float(), e, cfg.temperature)
+                                loss = loss + cfg.align_weight * l_al
+                                logs["l_align"] = l_al.detach()
+                                align_log.append(l_al.detach())
+                                del align_log[:-cfg.log_every]  # only the report window is read
                 nonfinite |= ~torch.isfinite(loss.detach())  # checked when the loop reads scalars (no per-step sync)
                 opt.zero_grad(set_to_none=True)
-                ctx.backward(loss)
-                _allreduce(params_cf + (params_face if stage != "pretrain" else []), ctx)
+                if ctx.world_size > 1:
+                    if loss.requires_grad:  # an empty share of the batch has no graph: zeros in the mean
+                        ctx.backward(loss * ctx.world_size)  # x world_size: undone by the mean over the ranks
+                    _average_grads(params_cf + (params_face if stage != "pretrain" else []), ctx)
+                else:
+                    ctx.backward(loss)
                 ctx.optimizer_step(opt)
                 gstep += 1; step_in_stage += 1
                 last = logs
                 if stage == "align" and fixed_steps is not None:
                     if step_in_stage % cfg.log_every == 0 or step_in_stage == fixed_steps:
-                        _check_finite(nonfinite, stage, gstep)
-                        m = _step_metrics(cfg, cf, fm, B, stage, step_in_stage, gstep, align_log, logs)
+                        _check_finite(nonfinite, stage, gstep, ctx)
+                        m = _step_metrics(cfg, cf, fm, B, stage, step_in_stage, gstep, align_log, logs, ctx)
                         ck = write(stage, False, step_in_stage, {}) if step_in_stage < fixed_steps else None
                         ctx.report(m, checkpoint=ck)
                     if step_in_stage >= fixed_steps:
                         break
             epoch += 1
-            _check_finite(nonfinite, stage, gstep)
+            _check_finite(nonfinite, stage, gstep, ctx)
             if fixed_steps is None:
                 vr = val_recall(cf, rec)
                 ctx.report({"step": gstep, "epoch": epoch, "stage": stage, "val/recall@20": vr,
-                            **{f"train/{k}": v for k, v in last.items()}})
+                            **{f"train/{k}": v for k, v in _global(last, ctx).items()}})
                 if vr > best:
                     best, bad = vr, 0
                     best_state = (copy.deepcopy(cf.state_dict()), copy.deepcopy(fm.state_dict()))
@@ -288,6 +334,7 @@ def fit(cfg: Config, ctx) -> dict:
             summary[f"examples_{stage}"] = extra["examples"]
         summary["timings"] = timings
         report = {"step": gstep, "epoch": epoch, "stage": stage, "val/recall@20": m[f"{stage}/val/recall@20"],
+                  **{f"train/{k}": v for k, v in _global(last, ctx).items()},  # the stage's last step
                   **summary, **{f"time/{k}": v for k, v in timings.items()}}
         report = {k: v for k, v in report.items() if k != "timings" and not k.startswith("examples_")}
         writer = write(stage, True, step_in_stage, extra)
@@ -303,17 +350,70 @@ def fit(cfg: Config, ctx) -> dict:
     return out
 
 
-def _check_finite(flag: torch.Tensor, stage: str, gstep: int) -> None:
-    """Raise if any loss since the stage began was non-finite (read where the loop reads scalars anyway)."""
+def _sharded_step(cfg: Config, stage: str, ctx, cf_fwd, fm_fwd, fm: FACE, bb, B: Bundle, tb: torch.Tensor, tpos,
+                  gb_host: np.ndarray, rng: np.random.Generator) -> dict:
+    """One rank's share of a global batch's loss (world_size > 1): each term is this rank's part of the whole
+    batch's mean (its rows' sum over the global count), so the ranks' parts add up to the 1-worker loss and the mean
+    of their gradients x world_size is its gradient. The align rows are drawn from the GLOBAL batch by the shared
+    sampler (the same draws as on one worker); this rank encodes those whose triple it holds and scores them
+    against the profile embeddings of all of them (one-directional InfoNCE: the negatives are constants).
+    Returns {"loss": the part to backward (x world_size by the caller), and the detached parts (l_bpr, ...)}."""
+    dev = ctx.device
+    n_glob, n_loc = len(gb_host), len(tb)
+    align = stage == "align"
+    if align:  # the shared sampler's draw, on every rank alike (before any early return)
+        upos, uu, ipos, ii = align_rows(gb_host, cfg.align_rows, rng)
+    keys = ["l_bpr"] + (["l_vq", "l_rec"] if stage != "pretrain" else []) + (["l_align"] if align else [])
+    zero = torch.zeros((), device=dev)
+    if n_loc == 0:  # a global batch smaller than the world: this rank holds none of it
+        return {"loss": zero, **{k: zero for k in keys}}
+    share = n_loc / n_glob
+    with ctx.autocast():
+        eu, ei = cf_fwd(cfg.keep_rate)
+        u, p, q = eu[tb[:, 0]], ei[tb[:, 1]], ei[tb[:, 2]]
+        l_bpr = bpr_loss(u.float(), p.float(), q.float())
+        loss = share * l_bpr
+        logs = {"l_bpr": share * l_bpr.detach()}
+        if stage != "pretrain":
+            x = torch.cat([u, p, q])
+            o = fm_fwd(x)
+            l_rec = torch.nn.functional.mse_loss(o["x_hat"].float(), x.detach().float())
+            loss = loss + share * (cfg.vq_weight * o["l_vq"].float() + cfg.recons_weight * l_rec)
+            logs |= {"l_vq": share * o["l_vq"].detach().float(), "l_rec": share * l_rec.detach()}
+        if align:
+            ux, uk, ix, ik = _local_align(upos, uu, ipos, ii, n_glob, n_loc, tpos)
+            e = torch.cat([B.user_text[torch.as_tensor(uu, dtype=torch.long, device=dev)],
+                           B.item_text[torch.as_tensor(ii, dtype=torch.long, device=dev)]])  # every align row's
+            l_al = zero
+            if len(ux) + len(ix):
+                ix_ = lambda a: torch.as_tensor(a, dtype=torch.long, device=dev)  # noqa: E731
+                c = torch.cat([lm_encode(bb, fm, o["z_st"][ix_(ux)], B.user_prompt),
+                               lm_encode(bb, fm, o["z_st"][ix_(ix)], B.item_prompt)])
+                target = ix_(np.concatenate([uk, len(uu) + ik]))  # the rows' places in the global align list
+                l_al = info_nce_part(c.float(), e, target, cfg.temperature, len(e))
+            loss = loss + cfg.align_weight * l_al
+            logs["l_align"] = l_al.detach()
+    return {"loss": loss, **logs}
+
+
+def _check_finite(flag: torch.Tensor, stage: str, gstep: int, ctx=None) -> None:
+    """Raise if any loss since the stage began was non-finite (read where the loop reads scalars anyway); with
+    several ranks, on every rank if on any (one collective), so no rank is left waiting at the next one."""
+    if ctx is not None and ctx.world_size > 1:
+        flag = ctx.all_reduce(flag.float().reshape(1).to(ctx.device), op="sum") > 0
     if bool(flag):
         raise FloatingPointError(f"{stage}: non-finite loss at or before step {gstep}")
 
 
-def _step_metrics(cfg, cf, fm, B, stage, step_in_stage, gstep, align_log, logs) -> dict:
+def _step_metrics(cfg, cf, fm, B, stage, step_in_stage, gstep, align_log, logs, ctx=None) -> dict:
     rec = B.rec
     recent = torch.stack(align_log[-cfg.log_every:]).tolist()  # the one read of the window's L_align values
+    l_align = float(np.mean(recent))
+    if ctx is not None and ctx.world_size > 1:  # the ranks' shares of the window mean: their sum is the whole batch's
+        l_align = float(_global({"a": l_align}, ctx)["a"])
+        logs = _global(logs, ctx)
     m = {"step": gstep, "align_step": step_in_stage, "stage": stage, "val/recall@20": val_recall(cf, rec),
-         "align/l_align": float(np.mean(recent)), **{f"train/{k}": float(v) for k, v in logs.items()}}
+         "align/l_align": l_align, **{f"train/{k}": float(v) for k, v in logs.items()}}
     if rec.concept_words is not None:
         with torch.no_grad():
             fm.eval()

@@ -2,42 +2,96 @@
 three-group adversarial loss, entropy), the Beta-mixture EM for known/unknown membership, the budget
 projection of the flip probabilities, and gradient-times-weight pruning. Everything runs on the device of its
 inputs (random draws from a generator on that device); the one host read is L_cls's count of mixup pairs of
-different classes, which sizes its random draw (kept so that CPU results stay those of the CPU code before)."""
+different classes, which sizes its random draw (kept so that CPU results stay those of the CPU code before).
+
+Data parallel: every rank does the whole forward and every random draw (the same global batch); a loss term
+given a `Part` sums only this rank's samples (ctx.shard) and scales by world / n, so the mean over the ranks of
+their losses (and of their gradients, ctx.average_gradients) is the whole batch's. part=None (one worker) is the
+plain mean of the code before, bit for bit."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from methodlab.core import RunContext
 from methodlab.methods.graphrta.model import grl
 
 EPS_U = 1e-4
 
 
+class Part:
+    """This rank's share of a per-sample loss over a batch of `n` samples: `idx` are its positions in the batch
+    (from ctx.shard), `world` the world size. A per-sample mean becomes sum(v[idx]) * world / n: the mean over
+    the ranks is the whole batch's mean, also where the shards differ in size by one."""
+
+    def __init__(self, idx: torch.Tensor, n: int, world: int):
+        self.idx, self.n, self.world = idx, int(n), int(world)
+
+    def mean(self, v: torch.Tensor) -> torch.Tensor:
+        return v[self.idx].sum() * (self.world / self.n)
+
+    def sum(self, v: torch.Tensor) -> torch.Tensor:
+        """This rank's share of a plain sum over the batch (world x the sum of its samples)."""
+        return v[self.idx].sum() * self.world
+
+    def has(self, pos: torch.Tensor) -> torch.Tensor:
+        """Which of the batch positions `pos` are this rank's."""
+        mine = torch.zeros(self.n, dtype=torch.bool, device=pos.device)
+        mine[self.idx] = True
+        return mine[pos]
+
+
+def _mean(v, part: Part | None):
+    return v.mean() if part is None else part.mean(v)
+
+
+def _sum(v, part: Part | None):
+    return v.sum() if part is None else part.sum(v)
+
+
+def ce(logits, target, part: Part | None = None):
+    """Mean cross-entropy over the batch (F.cross_entropy as before), or this rank's share of it."""
+    if part is None:
+        return F.cross_entropy(logits, target)
+    return F.cross_entropy(logits[part.idx], target[part.idx], reduction="sum") * (part.world / part.n)
+
+
 # ------------------------------------------------------------------------------------------------ losses
-def cls_loss(logits, z, y, classifier, beta_ph=1.0, beta_mix=1.0, mix_lambda="beta", gen=None):
+def cls_loss(logits, z, y, classifier, beta_ph=1.0, beta_mix=1.0, mix_lambda="beta", gen=None, part=None):
     """Source L_cls over K+1 outputs: CE(y) + beta_ph * CE(logits with y's logit removed, K) [the best
     non-ground-truth class is 'unknown'] + beta_mix * CE(g(lam z_a + (1-lam) z_b), K) for pairs of
-    different classes [a mix of two known classes belongs to no known class]."""
+    different classes [a mix of two known classes belongs to no known class]. `part`: this rank's share (the
+    mixup pairs are drawn over the whole batch as on one worker; a rank takes the pairs anchored at its samples)."""
     k = logits.shape[1] - 1
-    loss = F.cross_entropy(logits, y)
+    loss = ce(logits, y, part)
     if beta_ph > 0:
         masked = logits.masked_fill(F.one_hot(y, k + 1).bool(), float("-inf"))
-        loss = loss + beta_ph * F.cross_entropy(masked, torch.full_like(y, k))
+        loss = loss + beta_ph * ce(masked, torch.full_like(y, k), part)
     if beta_mix > 0 and len(y) > 1:
         dev = y.device
         perm = torch.randperm(len(y), generator=gen, device=dev)
         ok = y != y[perm]
-        if ok.any():  # a host read (and the masked rows below): only where pairs of classes are mixed
+        if ok.any() and part is None:  # a host read (and the masked rows below): only where pairs of classes are mixed
             za, zb = z[ok], z[perm[ok]]
             lam = (torch.rand(len(za), 1, generator=gen, device=dev) if mix_lambda == "beta"
                    else torch.full((len(za), 1), 0.5, device=dev))
             mixed = classifier(lam * za + (1 - lam) * zb)
             loss = loss + beta_mix * F.cross_entropy(mixed, torch.full((len(za),), k, dtype=torch.long, device=dev))
+        elif part is not None:  # the same pairs and draws on every rank; this rank's pairs, mean over all of them
+            pos = ok.nonzero().squeeze(1)  # the pairs of different classes, in the order of the draws above
+            if len(pos):
+                lam = (torch.rand(len(pos), 1, generator=gen, device=dev) if mix_lambda == "beta"
+                       else torch.full((len(pos), 1), 0.5, device=dev))
+                mine = part.has(pos)
+                a, lam = pos[mine], lam[mine]
+                mixed = classifier(lam * z[a] + (1 - lam) * z[perm[a]])
+                target = torch.full((len(a),), k, dtype=torch.long, device=dev)
+                loss = loss + beta_mix * F.cross_entropy(mixed, target, reduction="sum") * (part.world / len(pos))
     return loss
 
 
-def unknown_loss(logits_t, w, mode: str = "binary"):
+def unknown_loss(logits_t, w, mode: str = "binary", part=None):
     """Soft unknown pseudo-labels. mode 'unknown_only': (1/n_t) sum_i w_i CE(g(z_i), K) (spec form). 'binary' [I]:
     + (1 - w_i) * (-log(1 - u_i)) as well, so likely-known nodes are pushed off the unknown logit; without this
     counter-term the one-sided loss feeds back (more unknown -> larger w) and collapses to all-unknown (measured)."""
@@ -45,16 +99,17 @@ def unknown_loss(logits_t, w, mode: str = "binary"):
     logp = logits_t.log_softmax(-1)
     loss = -w * logp[:, k]
     if mode == "unknown_only":
-        return loss.mean()
+        return _mean(loss, part)
     known = -(1 - w) * torch.logsumexp(logp[:, :k], -1)
     if mode == "balanced":  # each side averaged over its own soft mass: the larger group cannot outvote the smaller one
-        return 0.5 * (loss.sum() / w.sum().clamp_min(1e-6) + known.sum() / (1 - w).sum().clamp_min(1e-6))
-    return (loss + known).mean()
+        # (the masses are the whole batch's: w is detached and every rank has all of it)
+        return 0.5 * (_sum(loss, part) / w.sum().clamp_min(1e-6) + _sum(known, part) / (1 - w).sum().clamp_min(1e-6))
+    return _mean(loss + known, part)
 
 
-def entropy_loss(logits_t):
+def entropy_loss(logits_t, part=None):
     p = logits_t.softmax(-1)
-    return -(p * logits_t.log_softmax(-1)).sum(-1).mean()
+    return _mean(-(p * logits_t.log_softmax(-1)).sum(-1), part)
 
 
 def _frozen(disc, z):
@@ -64,7 +119,7 @@ def _frozen(disc, z):
     return functional_call(disc, {n: p.detach() for n, p in disc.named_parameters()}, (z,))
 
 
-def adv_target(disc, z_t, w, split=True, coeff=1.0, form="grl2"):
+def adv_target(disc, z_t, w, split=True, coeff=1.0, form="grl2", part=None):
     """Target part of L_adv. The discriminator always learns the 3-way CE
     mean_i [(1-w_i) CE(D(z_i), 1) + w_i CE(D(z_i), 2)].
     form 'grl3' (spec): the same 3-way CE reaches the encoder (and the reprogrammed graph) through a GRL for the
@@ -79,25 +134,26 @@ def adv_target(disc, z_t, w, split=True, coeff=1.0, form="grl2"):
         lk = F.cross_entropy(disc(grl(z_t, coeff)), one, reduction="none")
         zu = z_t if split else grl(z_t, coeff)
         lu = F.cross_entropy(disc(zu), two, reduction="none")
-        return ((1 - w) * lk + w * lu).mean()
+        return _mean((1 - w) * lk + w * lu, part)
     d_only = F.cross_entropy(disc(z_t.detach()), one, reduction="none") * (1 - w) \
         + F.cross_entropy(disc(z_t.detach()), two, reduction="none") * w
     logits = _frozen(disc, z_t)
     enc_k = -coeff * F.cross_entropy(logits[:, :2], one, reduction="none")
     lu = F.cross_entropy(logits, two, reduction="none")
     enc_u = lu if split else -coeff * lu
-    return (d_only + (1 - w) * enc_k + w * enc_u).mean()
+    return _mean(d_only + (1 - w) * enc_k + w * enc_u, part)
 
 
-def adv_loss(disc, z_s, z_t, w, split=True, coeff=1.0, form="grl2"):
+def adv_loss(disc, z_s, z_t, w, split=True, coeff=1.0, form="grl2", part_s=None, part_t=None):
     """L_adv = CE(D(z_s), 0) (reversed for the encoder; 2-way under grl2) + the target part. `coeff` scales the
-    reversed gradient only (the discriminator itself always gets the plain gradient)."""
+    reversed gradient only (the discriminator itself always gets the plain gradient). part_s / part_t: this
+    rank's shares of the source and target nodes."""
     zero = torch.zeros(len(z_s), dtype=torch.long, device=z_s.device)
     if form == "grl3":
-        ls = F.cross_entropy(disc(grl(z_s, coeff)), zero)
+        ls = ce(disc(grl(z_s, coeff)), zero, part_s)
     else:
-        ls = F.cross_entropy(disc(z_s.detach()), zero) - coeff * F.cross_entropy(_frozen(disc, z_s)[:, :2], zero)
-    return ls + adv_target(disc, z_t, w, split, coeff, form)
+        ls = ce(disc(z_s.detach()), zero, part_s) - coeff * ce(_frozen(disc, z_s)[:, :2], zero, part_s)
+    return ls + adv_target(disc, z_t, w, split, coeff, form, part_t)
 
 
 # ------------------------------------------------------------------------------------------- Beta mixture
@@ -217,3 +273,25 @@ def prune_masks(layers, ratio: float):
             mask[torch.argsort(imp, stable=True)[:k]] = 0.0
         lin.mask.copy_(mask.view_as(lin.mask))
         lin.apply_mask()
+
+
+def node_part(ctx: RunContext, nodes: torch.Tensor) -> Part | None:
+    """This rank's share of a loss over `nodes` (node ids: ctx.shard takes them, one worker all of them): a
+    maths.Part over their positions, or None on one worker (the losses' plain means, the code before)."""
+    _, pos = ctx.shard(nodes, torch.arange(len(nodes), device=nodes.device))
+    return None if ctx.world_size == 1 else Part(pos, len(nodes), ctx.world_size)
+
+
+def global_mean(ctx: RunContext, values: list) -> list[float]:
+    """Reported losses of the whole batch: each rank's loss is its share (maths.Part), their mean over the
+    ranks the whole batch's (one float32 all-reduce at report time); the values themselves on one worker."""
+    if ctx.world_size == 1:
+        return [float(v.detach()) if torch.is_tensor(v) else float(v) for v in values]
+    t = torch.stack([torch.as_tensor(v, device=ctx.device).detach().float().reshape(()) for v in values])
+    return ctx.all_reduce(t).tolist()
+
+
+def rank0_masks(ctx: RunContext, model) -> None:
+    """Rank 0's pruning masks and masked weights on every rank (identical on the CPU already; a guard against
+    a near-tie in |W dL/dW| ranked differently by a rank whose forward differs in the last bits)."""
+    ctx.broadcast_([t for lin in model.encoder.masked() for t in (lin.mask, lin.weight)])

@@ -4,7 +4,12 @@ graph-reprogramming step on them; only the sampled rows of Delta X and the sampl
 updated (row-sparse Adam). BMM refit every `bmm_refit_every` steps on the last batches' seed nodes; pruning
 importance summed over 10 source + target batches; final inference layer-wise over the full target graph.
 The graphs, the samplers' CSR, Delta X, p, their row-sparse Adam state, the Beta mixture and the generator all
-live on ctx.device (the sampler's frontier sizes are the only per-step host reads: they size the next hop)."""
+live on ctx.device (the sampler's frontier sizes are the only per-step host reads: they size the next hop).
+
+Data parallel (scaling.num_workers > 1): every rank draws the same global seed batches and samples the same
+subgraphs (the one generator, as on one worker), does the forward on them and takes its shard of the seed nodes
+for the loss (ctx.shard, a maths.Part); gradients are averaged by ctx.average_gradients (see train.py). The
+graph step, the Beta mixture, the pruning importance and the final inference are replicated on every rank."""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from methodlab.core import RunContext, save_checkpoint
 from methodlab.methods.graphrta import maths
 from methodlab.methods.graphrta.data import build_pair, flip_candidates
 from methodlab.methods.graphrta.evaluate import open_set_metrics
-from methodlab.methods.graphrta.model import gcn_propagate
+from methodlab.methods.graphrta.maths import global_mean, node_part, rank0_masks
+from methodlab.methods.graphrta.model import build_net, gcn_propagate
 from methodlab.methods.graphrta.sampler import NeighborSampler
 
 
@@ -72,15 +78,15 @@ def _forward(net, b, x_rows, ew):
 
 def fit_neighbor(cfg, ctx: RunContext) -> dict:
     t0 = time.perf_counter()
-    from methodlab.methods.graphrta.train import build_net
-
     dev = ctx.device
     pair = build_pair(cfg, ctx.progress, device=dev)
     s, t, k = pair.source, pair.target, pair.n_known
     gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1)
     with ctx.init_module():
         model = build_net(cfg, s.x.shape[1], k)
-    net = ctx.prepare_model(model)  # forwards through `net`; masks, state dict and full-graph inference on `model`
+    # forwards through `net`; masks, state dict and full-graph inference on `model`. No DDP wrapper: gradients
+    # are averaged over the ranks by ctx.average_gradients
+    net = ctx.prepare_model(model, ddp=False)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     s_sampler = NeighborSampler(s.edge_index, s.num_nodes, cfg.fanouts, gen)
     graph_rp = cfg.graph_reprogramming
@@ -107,15 +113,17 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
     for step in pre:  # source pre-training, no early stopping (spec preset)
         net.train()
         b = src_batch()
+        part = node_part(ctx, b.n_id[:b.batch_size])  # this rank's seed nodes (all of them on one worker)
         with ctx.autocast():
             z, lo = _forward(net, b, b.x, None)
             loss = maths.cls_loss(lo, z, b.y[:b.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix,
-                                  cfg.mix_lambda, gen)
+                                  cfg.mix_lambda, gen, part)
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
+        ctx.average_gradients(model.parameters())  # the whole batch's gradient (a no-op on one worker)
         ctx.optimizer_step(opt)
         if step % max(1, cfg.pretrain_steps // 5) == 0:
-            ctx.report({"epoch": 0, "step": step, "phase": 0, "train/loss": float(loss.detach()),
+            ctx.report({"epoch": 0, "step": step, "phase": 0, "train/loss": global_mean(ctx, [loss])[0],
                         "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
 
     def evaluate(x, ei) -> dict:  # full-graph layer-wise inference, metrics on the target test nodes
@@ -154,6 +162,7 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
             u_buf.append(u)
         maths.prune_masks(model.encoder.masked(), cfg.effective_prune)
         model.zero_grad(set_to_none=True)
+        rank0_masks(ctx, model)
     if u_buf:
         bmm.fit(torch.cat(u_buf), cfg.bmm_iters)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.adapt_lr or cfg.lr, weight_decay=cfg.weight_decay)
@@ -165,18 +174,22 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
         coeff = cfg.grl_coeff * ((2 / (1 + math.exp(-10 * step / total)) - 1) if cfg.grl_ramp else 1.0)
         bsrc = src_batch()
         bt, c = tgt_batch(torch.randint(0, t.num_nodes, (bs,), generator=gen, device=dev))
+        part_s = node_part(ctx, bsrc.n_id[:bsrc.batch_size])  # this rank's source and target seed nodes
+        part_t = node_part(ctx, bt.n_id[:bt.batch_size])
         with ctx.autocast():
             zs, los = _forward(net, bsrc, bsrc.x, None)
             zt, lot = _forward(net, bt, t.x[bt.n_id] + delta_x[bt.n_id], t_weights(c, p[c]))
             u = lot.softmax(-1)[:, k].detach()
             w = bmm.posterior(u, cfg.bmm_prior == "equal")
             loss = (maths.cls_loss(los, zs, bsrc.y[:bsrc.batch_size], net.classifier, cfg.beta_ph, cfg.beta_mix,
-                                   cfg.mix_lambda, gen)
-                    + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss)
-                    + cfg.w_adv * maths.adv_loss(net.disc, zs, zt, w, cfg.grl_split, coeff, cfg.adv_form)
-                    + cfg.w_ent * maths.entropy_loss(lot))
+                                   cfg.mix_lambda, gen, part_s)
+                    + cfg.w_unk * maths.unknown_loss(lot, w, cfg.unk_loss, part_t)
+                    + cfg.w_adv * maths.adv_loss(net.disc, zs, zt, w, cfg.grl_split, coeff, cfg.adv_form, part_s,
+                                                 part_t)
+                    + cfg.w_ent * maths.entropy_loss(lot, part_t))
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
+        ctx.average_gradients(model.parameters())  # the whole batch's gradient (a no-op on one worker)
         ctx.optimizer_step(opt)
         model.encoder.apply_masks()
         u_buf.append(u)
@@ -199,7 +212,7 @@ def fit_neighbor(cfg, ctx: RunContext) -> dict:
             bmm.fit(torch.cat(u_buf[-100:]), cfg.bmm_iters)
             u_buf = u_buf[-100:]
             ctx.report({"epoch": step / steps, "step": cfg.pretrain_steps + step, "phase": 1,
-                        "train/loss": float(loss.detach()), "train/u_mean": float(torch.cat(u_buf).mean()),
+                        "train/loss": global_mean(ctx, [loss])[0], "train/u_mean": float(torch.cat(u_buf).mean()),
                         "bmm/mean_unknown": bmm.means()[1], "eval/h_score": float("nan"), "time/s": time.perf_counter() - t0})
     flips = maths.hard_flips(p, budget, "topk", cfg.flip_min_prob) if graph_rp else torch.zeros(m, dtype=torch.bool, device=dev)
     keep = exists ^ flips

@@ -8,6 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from methodlab.methods.graphrta.config import Config
+
 
 class MaskedLinear(nn.Module):
     """y = x (W * M)^T + b. M is a {0,1} buffer (model reprogramming); W*M in forward gives masked entries a
@@ -159,3 +161,8 @@ class GraphRTANet(nn.Module):
     def forward(self, x, edge_index, edge_weight=None):
         z = self.encoder(x, edge_index, edge_weight)
         return z, self.classifier(z)
+
+
+def build_net(cfg: Config, n_features: int, n_known: int) -> GraphRTANet:
+    return GraphRTANet(n_features, n_known, cfg.hidden, cfg.layers, cfg.dropout, cfg.backbone,
+                       unknown_head=cfg.method != "source_threshold", disc_hidden=cfg.disc_hidden)

@@ -58,7 +58,7 @@ class Predictor:
     @classmethod
     def from_checkpoint(cls, directory, device=None) -> "Predictor":
         """The network and its Beta mixture on `device` (a str or torch.device; None: the CPU)."""
-        from methodlab.methods.graphrta.train import build_net
+        from methodlab.methods.graphrta.model import build_net
 
         device = torch.device("cpu" if device is None else device)
         ck = load_checkpoint(directory, method="graphrta")

@@ -4,7 +4,16 @@ tau on the target val split) -> pruning masks -> adaptation epochs of (a) one mo
 Checkpoints after pre-training and every `checkpoint_every` adaptation epochs; a resume continues there.
 Graphs, split indices, the network, the reprogramming variables, the Beta mixture and every generator live on
 ctx.device; losses and metrics are read back to the host at reports only (the network's forwards run under
-ctx.autocast, the graph variables and their Adam stay float32)."""
+ctx.autocast, the graph variables and their Adam stay float32).
+
+Data parallel (scaling.num_workers > 1): every rank holds both graphs, does the full-graph forward and every
+random draw (the same generators as one worker), takes its shard of the loss's nodes (source train nodes,
+target nodes: ctx.shard, a maths.Part) and the gradients are averaged by ctx.average_gradients (no DDP wrapper:
+the discriminator gets no gradient in pre-training, the graph step differentiates the network with respect to
+its input, and the classifier and discriminator are called outside the network's forward). The graph
+reprogramming step, the Beta mixture, the pruning importance and the evaluation are replicated: the same full
+computation on every rank. Early stopping reads rank 0's validation accuracy and the pruning masks are rank 0's,
+so a last-bit difference between the ranks' forwards (GPU scatter-adds) cannot split their control flow."""
 
 from __future__ import annotations
 
@@ -19,15 +28,11 @@ from methodlab.methods.graphrta import maths
 from methodlab.methods.graphrta.config import Config
 from methodlab.methods.graphrta.data import build_pair
 from methodlab.methods.graphrta.evaluate import choose_tau, open_set_metrics, threshold_predict
-from methodlab.methods.graphrta.model import GraphRTANet
+from methodlab.methods.graphrta.maths import global_mean, node_part, rank0_masks
+from methodlab.methods.graphrta.model import build_net
 from methodlab.methods.graphrta.reprogram import GraphReprogram
 
 SLUG = "graphrta"
-
-
-def build_net(cfg: Config, n_features: int, n_known: int) -> GraphRTANet:
-    return GraphRTANet(n_features, n_known, cfg.hidden, cfg.layers, cfg.dropout, cfg.backbone,
-                       unknown_head=cfg.method != "source_threshold", disc_hidden=cfg.disc_hidden)
 
 
 def grl_lambda(cfg, epoch: int) -> float:
@@ -36,18 +41,21 @@ def grl_lambda(cfg, epoch: int) -> float:
     return cfg.grl_coeff * (2.0 / (1.0 + math.exp(-10.0 * epoch / cfg.adapt_epochs)) - 1.0)
 
 
-def full_loss(cfg, net, pair, rp, w_fn, gen, *, detach_graph=True, coeff=1.0):
-    """L = L_cls(source train) + unknown supervision + L_adv + L_ent on the current reprogrammed target."""
+def full_loss(cfg, net, pair, rp, w_fn, gen, *, detach_graph=True, coeff=1.0, parts=(None, None)):
+    """L = L_cls(source train) + unknown supervision + L_adv + L_ent on the current reprogrammed target.
+    parts: this rank's shares of the source train nodes and the target nodes (node_part; None: all of them)."""
     s, tr, k = pair.source, pair.src_train, pair.n_known
+    part_s, part_t = parts
     z_s, lo_s = net(s.x, s.edge_index)
     x_hat, ei, ew = rp.soft(detach=detach_graph)
     z_t, lo_t = net(x_hat, ei, ew)
     u = lo_t.softmax(-1)[:, k].detach()
     w = w_fn(u)
-    l_cls = maths.cls_loss(lo_s[tr], z_s[tr], s.y[tr], net.classifier, cfg.beta_ph, cfg.beta_mix, cfg.mix_lambda, gen)
-    l_unk = maths.unknown_loss(lo_t, w, cfg.unk_loss)
-    l_adv = maths.adv_loss(net.disc, z_s[tr], z_t, w, cfg.grl_split, coeff, cfg.adv_form)
-    l_ent = maths.entropy_loss(lo_t)
+    l_cls = maths.cls_loss(lo_s[tr], z_s[tr], s.y[tr], net.classifier, cfg.beta_ph, cfg.beta_mix, cfg.mix_lambda, gen,
+                           part_s)
+    l_unk = maths.unknown_loss(lo_t, w, cfg.unk_loss, part_t)
+    l_adv = maths.adv_loss(net.disc, z_s[tr], z_t, w, cfg.grl_split, coeff, cfg.adv_form, part_s, part_t)
+    l_ent = maths.entropy_loss(lo_t, part_t)
     loss = l_cls + cfg.w_unk * l_unk + cfg.w_adv * l_adv + cfg.w_ent * l_ent
     parts = {"train/l_cls": l_cls.detach(), "train/l_unk": l_unk.detach(), "train/l_adv": l_adv.detach(),
              "train/l_ent": l_ent.detach()}  # 0-d tensors on the device: floats at report time
@@ -137,19 +145,22 @@ def pretrain(cfg, net, opt, pair, gen, ctx, t0, model=None):
     epoch = 0
     for epoch in range(1, cfg.pretrain_epochs + 1):
         net.train()
+        part = node_part(ctx, tr)  # this rank's source train nodes (all of them on one worker)
         with ctx.autocast():
             z, lo = net(s.x, s.edge_index)
             if cfg.method == "source_threshold":
-                loss = torch.nn.functional.cross_entropy(lo[tr], s.y[tr])
+                loss = maths.ce(lo[tr], s.y[tr], part)
             else:
                 loss = maths.cls_loss(lo[tr], z[tr], s.y[tr], net.classifier, cfg.beta_ph, cfg.beta_mix,
-                                      cfg.mix_lambda, gen)
+                                      cfg.mix_lambda, gen, part)
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
+        ctx.average_gradients(model.parameters())  # the whole batch's gradient (a no-op on one worker)
         ctx.optimizer_step(opt)
         with torch.no_grad():
             net.eval()
             acc = (net(s.x, s.edge_index)[1][va].argmax(-1) == s.y[va]).float().mean()
+            acc = ctx.broadcast(acc.reshape(1)).reshape(())  # rank 0's: one early-stopping path on every rank
             live = stop_at == 0
             improved = acc > best
             keep = improved & live
@@ -172,7 +183,7 @@ def pretrain(cfg, net, opt, pair, gen, ctx, t0, model=None):
             break
         after.clear()
         if report:
-            m = {"epoch": epoch, "phase": 0, "train/loss": float(loss.detach()), "src/val_acc": float(acc),
+            m = {"epoch": epoch, "phase": 0, "train/loss": global_mean(ctx, [loss])[0], "src/val_acc": float(acc),
                  "time/s": time.perf_counter() - t0}
             m.update(_eval(cfg, model, None, pair) if cfg.method != "source_threshold" else
                      {"eval/h_score": float("nan")})
@@ -197,7 +208,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     k = pair.n_known
     with ctx.init_module():
         model = build_net(cfg, pair.source.x.shape[1], k)
-    net = ctx.prepare_model(model)  # forwards run through `net`; state dicts and pruning masks are `model`'s
+    # forwards run through `net`; state dicts and pruning masks are `model`'s. No DDP wrapper: gradients are
+    # averaged over the ranks by ctx.average_gradients (see the module docstring)
+    net = ctx.prepare_model(model, ddp=False)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1)
     rp = None
@@ -230,6 +243,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if cfg.adapts:
             if cfg.effective_prune > 0:
                 compute_prune(cfg, model, pair, rp, gen)
+                rank0_masks(ctx, model)
             opt = torch.optim.Adam(model.parameters(), lr=cfg.adapt_lr or cfg.lr, weight_decay=cfg.weight_decay)
             _, probs = predict(cfg, model, rp, pair)
             bmm.fit(probs[:, k], cfg.bmm_iters)  # schedule step 2: BMM fitted before the first adaptation epoch
@@ -262,12 +276,16 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         w_fn = (lambda u: u.clamp(maths.EPS_U, 1 - maths.EPS_U)) if warm else (lambda u: bmm.posterior(u, equal))
         if cfg.mask_refresh and adapt_epoch % cfg.mask_refresh == 0 and cfg.effective_prune > 0:
             compute_prune(cfg, model, pair, rp, gen)
+            rank0_masks(ctx, model)
         net.train()
         coeff = grl_lambda(cfg, adapt_epoch)
+        shares = (node_part(ctx, pair.src_train),  # this rank's source train nodes and target nodes
+                  node_part(ctx, torch.arange(pair.target.num_nodes, device=dev)))
         with ctx.autocast():  # (a) model step, graph fixed
-            loss, parts, u = full_loss(cfg, net, pair, rp, w_fn, gen, coeff=coeff)
+            loss, parts, u = full_loss(cfg, net, pair, rp, w_fn, gen, coeff=coeff, parts=shares)
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
+        ctx.average_gradients(model.parameters())  # the whole batch's gradient (a no-op on one worker)
         ctx.optimizer_step(opt)
         model.encoder.apply_masks()
         loss_g, u_g = rp.step(net, w_fn, w_ent=cfg.w_ent, w_adv=cfg.w_adv, w_unk=cfg.w_unk,  # (b) graph step
@@ -277,8 +295,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         done = adapt_epoch == n_adapt
         if adapt_epoch % cfg.log_every == 0 or done:
             means = bmm.means()
-            m = {"epoch": base + adapt_epoch, "phase": 1, "train/loss": float(loss.detach()),
-                 "train/loss_graph": float(loss_g), **{key: float(v) for key, v in parts.items()},
+            losses = dict(zip(["train/loss", *parts], global_mean(ctx, [loss, *parts.values()])))
+            m = {"epoch": base + adapt_epoch, "phase": 1, "train/loss": losses.pop("train/loss"),
+                 "train/loss_graph": float(loss_g), **losses,
                  "bmm/mean_known": means[0], "bmm/mean_unknown": means[1],
                  "rp/flips": rp.n_flips(cfg.edge_eval, cfg.flip_min_prob), "rp/p_sum": float(rp.p.detach().sum()),
                  "rp/dx_norm": float(rp.delta_x.detach().norm()), "time/s": time.perf_counter() - t0}

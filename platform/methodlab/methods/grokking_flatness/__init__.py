@@ -13,4 +13,7 @@ SPEC = MethodSpec(
     predictor=f"{_PKG}.predictor:Predictor",
     reproduce=f"{_PKG}.reproduce:main",
     settings={"measure": f"{_PKG}.measure:fit_measure"},
+    single_worker_settings={
+        "measure": "measures a trained checkpoint's flatness once: no training to split",
+    },
 )

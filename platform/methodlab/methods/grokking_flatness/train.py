@@ -143,9 +143,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             if cfg.reg == "anti_flat" and step >= cfg.cancel_at and cfg.cancel_weight_decay is not None \
                     and group["decayed"]:
                 group["weight_decay"] = cfg.cancel_weight_decay
-        idx = batch_indices(step, len(data.y_train), batch, cfg.seed, ctx.device)
-        if ctx.world_size > 1:  # data parallel: each rank takes its shard of the same global batch
-            idx = idx[ctx.rank::ctx.world_size]
+        # data parallel: every rank draws the same global batch and takes its shard (all of it on one worker)
+        idx = ctx.shard(batch_indices(step, len(data.y_train), batch, cfg.seed, ctx.device))
         xb = (data.x_train[idx], data.y_train[idx]) if cfg.task == "digits" else data.x_train[idx]
         with ctx.autocast():  # bf16 / fp16 forward when the job asks; the loss itself is float32
             loss, _, logits, hidden, y = forward_task(model, xb, cfg.task)

@@ -19,4 +19,11 @@ SPEC = MethodSpec(
                    "unchanged (float64 tokens, a float32 CNN front end and classifier). Autocast leaves float64 alone "
                    "but would build the covariances from bf16 / fp16 front-end features (8-11 bit mantissas), blurring "
                    "the small eigenvalues that logm and the eigen-gap backwards amplify",
+    single_worker_settings={
+        "riemann": "pyriemann / scikit-learn baselines (OAS covariances, tangent space + logistic regression or MDM): "
+                   "one numpy fit with no gradient steps to average; run subjects or classifiers side by side as "
+                   "Tune trials",
+        "evaluate": "scores one checkpoint on one data set (a forward pass, no training): nothing to average; run "
+                    "checkpoints or data sets side by side as Tune trials",
+    },
 )

@@ -11,6 +11,8 @@ from methodlab.methods.gyroatt import linalg as la
 from methodlab.methods.gyroatt.grassmann import make_geometry
 from methodlab.methods.gyroatt.layers import GyroAttention, MAttAttention, random_stiefel
 
+BEST = "best."  # prefix of the best-validation-loss weights inside a checkpoint's weights.safetensors
+
 
 def e2r(feat: torch.Tensor, m: int, eps: float = 1e-5) -> torch.Tensor:
     """[B, F, T] -> [B, m, F, F] float64: per segment, centred covariance / trace + eps I."""

@@ -15,8 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from methodlab.core import FieldError, load_checkpoint
 from methodlab.methods.gyroatt.config import Config
-from methodlab.methods.gyroatt.model import build_model
-from methodlab.methods.gyroatt.train import BEST
+from methodlab.methods.gyroatt.model import BEST, build_model
 
 Sample = Annotated[float, Field(ge=-1e6, le=1e6)]
 Channel = Annotated[list[Sample], Field(min_length=1, max_length=8192)]

@@ -1,5 +1,15 @@
 """gyroatt training loop: data, model, Riemannian Adam, per-epoch evaluation, selection of the epoch
-with the lowest validation loss (its test accuracy is the reported one), checkpoints and resume."""
+with the lowest validation loss (its test accuracy is the reported one), checkpoints and resume.
+
+Data parallel (scaling.num_workers > 1): every rank draws the same batch order and takes its shard of each
+global batch (ctx.shard); its loss is its share of the batch mean (sum * world / n) and the gradients are
+averaged by ctx.average_gradients, which reduces them in one float32 bucket. No DDP wrapper: DDP would reduce
+the float64 Stiefel maps' and manifold biases' gradients in a float64 bucket (and broadcast those parameters in
+float64 at wrap time), which NCCL builds may refuse and the platform's collectives do not take; float32 holds
+the averaged gradients to ~1e-7, far below their minibatch noise. The initial weights are identical on every
+rank without a broadcast (seeded init, Stiefel maps from a seeded CPU generator). BatchNorm normalises with
+each rank's shard (as DDP without SyncBatchNorm, which refuses CPU tensors); its running statistics are averaged
+over the ranks before each evaluation, so every rank evaluates and checkpoints the same model."""
 
 from __future__ import annotations
 
@@ -15,10 +25,9 @@ from methodlab.methods.gyroatt.config import Config
 from methodlab.methods.gyroatt.data import build_data
 from methodlab.methods.gyroatt.evaluate import attention_stats, evaluate
 from methodlab.methods.gyroatt.layers import RiemannianAdam
-from methodlab.methods.gyroatt.model import build_model
+from methodlab.methods.gyroatt.model import BEST, build_model
 
 SLUG = "gyroatt"
-BEST = "best."  # prefix of the best-validation-loss weights inside weights.safetensors
 
 
 def batch_order(epoch: int, n: int, seed: int, device="cpu") -> torch.Tensor:
@@ -34,7 +43,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     data = build_data(cfg, device=ctx.device)
     with ctx.init_module():
         model = build_model(cfg, data.n_channels, data.n_classes)
-    net = ctx.prepare_model(model)  # float64 Stiefel maps and manifold biases move with the float32 front end
+    # float64 Stiefel maps and manifold biases move with the float32 front end; no DDP wrapper (see above)
+    net = ctx.prepare_model(model, ddp=False)
     opt = RiemannianAdam(model, cfg.lr, cfg.weight_decay)
     epoch, best = 0, {"val/loss": math.inf}
     best_state = copy.deepcopy(model.state_dict())
@@ -66,20 +76,30 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         loss_sum, n_batches = torch.zeros((), dtype=torch.float64, device=ctx.device), 0
         for i in range(0, n, cfg.batch_size):
             idx = perm[i:i + cfg.batch_size]
-            if len(idx) < 2:  # BatchNorm needs two trials
+            if len(idx) < max(2, ctx.world_size):  # BatchNorm needs two trials (and every rank one)
                 continue
-            loss = F.cross_entropy(net(data.x_train[idx]), data.y_train[idx])
+            part = ctx.shard(idx)  # this rank's trials of the global batch (all of it on one worker)
+            if ctx.world_size == 1:
+                loss = F.cross_entropy(net(data.x_train[part]), data.y_train[part])
+            else:  # this rank's share of the batch mean: the mean over the ranks is the whole batch's
+                loss = F.cross_entropy(net(data.x_train[part]), data.y_train[part], reduction="sum") * (
+                    ctx.world_size / len(idx))
             opt.zero_grad()
             ctx.backward(loss)
+            ctx.average_gradients(model.parameters())  # one float32 bucket; a no-op on one worker
             ctx.optimizer_step(opt)
             loss_sum += loss.detach().double()
             n_batches += 1
         epoch += 1
+        if ctx.world_size > 1:  # the global batches' losses (float32 on the wire), every epoch: all ranks agree
+            loss_sum = ctx.all_reduce(loss_sum.float().reshape(1)).double()[0]  # on a non-finite one below
         if not torch.isfinite(loss_sum):  # one read per epoch (was: every step); the run still fails in this epoch
             raise FloatingPointError(f"non-finite loss at epoch {epoch - 1} ({cfg.geometry})")
         done = epoch >= cfg.epochs
         if epoch % cfg.log_every and not done:
             continue
+        if ctx.world_size > 1:  # BatchNorm running statistics: the mean of the ranks' (each of its own shards)
+            ctx.average_([b for k, b in model.named_buffers() if k.endswith(("running_mean", "running_var"))])
         metrics = {"epoch": epoch, "step": epoch, "train/batch_loss": float(loss_sum) / max(1, n_batches),
                    **evaluate(model, data, splits)}
         if metrics["val/loss"] < best["val/loss"]:

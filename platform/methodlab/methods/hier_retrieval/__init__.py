@@ -13,4 +13,8 @@ SPEC = MethodSpec(
     predictor=f"{_PKG}.predictor:Predictor",
     reproduce=f"{_PKG}.reproduce:main",
     settings={"constructive": f"{_PKG}.constructive:fit_constructive", "eval": f"{_PKG}.evaluate:fit_eval"},
+    # train shards each step's pairs over the ranks (DDP); the other two settings train nothing
+    single_worker_settings={"constructive": "a closed-form embedding construction and its dimension search, no "
+                                            "gradient steps: every rank would repeat it",
+                            "eval": "evaluates one checkpoint, no training: every rank would repeat it"},
 )

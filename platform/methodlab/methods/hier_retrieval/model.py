@@ -53,7 +53,8 @@ def to_logits(cos: torch.Tensor, T: float, mode: str) -> torch.Tensor:
 
 def softmax_loss(model: DualEncoder, q: torch.Tensor, d_pos: torch.Tensor, *, T: float, temperature_mode: str,
                  full: bool, num_negatives: int, gen: torch.Generator, weight: torch.Tensor | None = None,
-                 other_pos=None, in_batch: bool = True) -> torch.Tensor:
+                 other_pos=None, in_batch: bool = True, rows: torch.Tensor | None = None,
+                 world: int = 1) -> torch.Tensor:
     """Cross-entropy of the positive against the negatives N.
     full:    N = all documents, target = d_pos.
     sampled: candidates = the batch's positives (in-batch) + num_negatives uniform docs shared by the batch;
@@ -61,7 +62,14 @@ def softmax_loss(model: DualEncoder, q: torch.Tensor, d_pos: torch.Tensor, *, T:
              in_batch=False: candidates of row i = its own d_pos + the uniform docs only (no other row's positive),
              so the negatives are uniform, as the full softmax's are; popular docs (general ancestors, which are
              the positives of many rows) are not over-sampled as negatives.
-    other_pos(q, cand) -> bool mask of candidates relevant to q (mask_other_positives), or None."""
+    other_pos(q, cand) -> bool mask of candidates relevant to q (mask_other_positives), or None.
+    Data parallel: `rows` (this rank's ctx.shard of positions 0..B-1 of the global batch q, d_pos) limits the loss to
+    those rows, each against the candidates of the whole batch (in-batch negatives included); the sum over them is
+    scaled by world / B, so the mean over the ranks is the global batch's loss (and DDP's mean its gradient)."""
+    n = len(q)
+    if rows is not None:  # this rank's rows; `d_all` keeps the whole batch's positives for the candidates
+        d_all, q, d_pos = d_pos, q[rows], d_pos[rows]
+        weight = None if weight is None else weight[rows]
     fq = model.f(q)
     if full:
         cand = None
@@ -77,12 +85,13 @@ def softmax_loss(model: DualEncoder, q: torch.Tensor, d_pos: torch.Tensor, *, T:
                 neg = neg.masked_fill(other_pos(q, uni), float("-inf"))
             loss = F.cross_entropy(torch.cat([pos, neg], 1), torch.zeros(len(q), dtype=torch.long, device=q.device),
                                    reduction="none")
-            return loss.mean() if weight is None else (loss * weight).mean()
-        cand = torch.cat([d_pos, uni])
+            return _reduce(loss, weight, rows, n, world)
+        cand = torch.cat([d_pos if rows is None else d_all, uni])
         logits = to_logits(fq @ model.g(cand).T, T, temperature_mode)
-        target = torch.arange(len(q), device=q.device)
+        here = torch.arange(len(q), device=q.device)
+        target = here if rows is None else rows  # row i's column: its own position in the batch
         dup = cand[None, :] == d_pos[:, None]
-        dup[target, target] = False
+        dup[here, target] = False
         logits = logits.masked_fill(dup, float("-inf"))
     if other_pos is not None:
         mask = other_pos(q, cand)  # [B, C] relevant docs of each query
@@ -90,4 +99,12 @@ def softmax_loss(model: DualEncoder, q: torch.Tensor, d_pos: torch.Tensor, *, T:
         mask[torch.arange(len(q), device=q.device), cols] = False  # keep the positive itself
         logits = logits.masked_fill(mask, float("-inf"))
     loss = F.cross_entropy(logits, target, reduction="none")
-    return loss.mean() if weight is None else (loss * weight).mean()
+    return _reduce(loss, weight, rows, n, world)
+
+
+def _reduce(loss: torch.Tensor, weight: torch.Tensor | None, rows: torch.Tensor | None, n: int,
+            world: int) -> torch.Tensor:
+    """The batch mean (of the weighted row losses); with `rows`, this rank's share of the global batch's mean."""
+    if rows is None:
+        return loss.mean() if weight is None else (loss * weight).mean()
+    return (loss if weight is None else loss * weight).sum() * (world / n)

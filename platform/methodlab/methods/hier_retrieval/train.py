@@ -7,7 +7,10 @@ pretrain_finetune:  standard pretraining, then finetuning on long-distance pairs
                     validation short/long mean recall (checked every finetune_eval_every steps).
 Every step draws its pairs from a generator seeded by (seed, step), so a resumed run continues exactly. The pairs,
 the tables and that generator live on ctx.device (a CUDA run draws other random numbers than a CPU run of the
-same seed); the loss is read back to the host only when a report is written."""
+same seed); the loss is read back to the host only when a report is written.
+Data parallel: every rank draws the same global batch (the same generator) and computes the loss rows of its
+ctx.shard against the whole batch's candidates; DDP averages the gradients; the reported train/loss is the mean
+over the ranks of their shares (the global batch's loss); validation runs on every rank (identical tables)."""
 
 from __future__ import annotations
 
@@ -63,7 +66,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     full = use_full_softmax(cfg, data.m)
     with ctx.init_module():
         model = DualEncoder(data.m, cfg.dim, cfg.std, cfg.shared_tables)
-    train_step = ctx.prepare_model(model)  # the same tables on ctx.device; its forward is the training loss
+    train_step = ctx.prepare_model(model)  # the same tables on ctx.device (DDP with several ranks); forward = the loss
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     pre, ft = cfg.stage_steps()
     if cfg.recipe == "pretrain_finetune" and "long" not in data.cdf:
@@ -115,6 +118,11 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     def stage_of(s: int) -> str:
         return "pretrain" if s < pre else "finetune"
 
+    def global_loss() -> float:
+        """The last step's loss of the whole global batch: the ranks' shares averaged (as is at world size 1)."""
+        return float(ctx.all_reduce(loss_v.float().reshape(1).clone(), op="mean")) if ctx.world_size > 1 \
+            else float(loss_v)
+
     def report(extra: dict, ckpt: bool, final: bool = False) -> dict:
         model.eval()
         m = {"step": step, "stage": stage_of(step - 1) if step else "pretrain", **extra,
@@ -122,6 +130,12 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         model.train()
         ctx.report(m, checkpoint=writer(final) if ckpt else None)
         return m
+
+    def over_budget(over: bool) -> bool:
+        """Rank 0's clock decides for every rank (they must end pretraining at the same step)."""
+        if ctx.world_size <= 1:
+            return over
+        return bool(ctx.broadcast(torch.tensor([float(over)], device=device), src=0).item())
 
     if step >= pre and ft > 0:
         enter_finetune()
@@ -131,19 +145,22 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         stage = stage_of(step)
         if stage == "finetune" and step == pre and best is None:
             enter_finetune()  # first finetune step: the pretrained model is the first candidate (0 finetune steps)
-            m = report({"train/loss": float(loss_v), "lr": ft_lr}, ckpt=False)
+            m = report({"train/loss": global_loss(), "lr": ft_lr}, ckpt=False)
             best, best_score, best_step = model.tables(), m["val/short_long_mean"], step
         gen = torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + step)
-        idx = draw_batch(cfg, data, stage, gen)
+        idx = draw_batch(cfg, data, stage, gen)  # the global batch, the same on every rank
         q, d, dist = data.q[idx], data.d[idx], data.dist[idx]
         weight = None
         if cfg.recipe == "rebalanced":
             weight = torch.where(dist >= cfg.delta_long, cfg.w_long, 1.0)
         T = cfg.scale_pretrain if stage == "pretrain" else cfg.scale_finetune
+        # data parallel: this rank's rows of the batch (all of it on one worker, where the loss is the plain mean)
+        _, rows = ctx.shard(idx, torch.arange(len(idx), device=idx.device))
+        part = {} if ctx.world_size == 1 else {"rows": rows, "world": ctx.world_size}
         with ctx.autocast():
             loss = train_step(q, d, T=T, temperature_mode=cfg.temperature_mode, full=full,
                               num_negatives=cfg.num_negatives, gen=gen, weight=weight, other_pos=other,
-                              in_batch=cfg.in_batch_negatives)
+                              in_batch=cfg.in_batch_negatives, **part)
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
         if stage == "finetune" and cfg.freeze_doc_tower and model.doc is not None:
@@ -152,16 +169,16 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         step += 1
         loss_v = loss.detach()
         if stage == "pretrain" and step < pre and cfg.max_pretrain_s is not None \
-                and time.perf_counter() - t_train > cfg.max_pretrain_s:
+                and over_budget(time.perf_counter() - t_train > cfg.max_pretrain_s):
             pre, total = step, step + ft  # the wall-clock budget ends pretraining here; the steps reached are reported
         if stage == "pretrain" and step == pre:
             t_pre = time.perf_counter() - t_train
 
         if stage == "pretrain" and (step % cfg.eval_every == 0 or step == pre):
-            report({"train/loss": float(loss_v), "lr": cfg.lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
+            report({"train/loss": global_loss(), "lr": cfg.lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
                    ckpt=step % cfg.checkpoint_every == 0 and step < total)
         elif stage == "finetune" and ((step - pre) % cfg.finetune_eval_every == 0 or step == total):
-            m = report({"train/loss": float(loss_v), "lr": ft_lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
+            m = report({"train/loss": global_loss(), "lr": ft_lr, "train/long_share": float((dist >= cfg.delta_long).float().mean())},
                        ckpt=(step - pre) % cfg.checkpoint_every == 0 and step < total)
             if m["val/short_long_mean"] > best_score:
                 best, best_score, best_step = model.tables(), m["val/short_long_mean"], step
@@ -169,7 +186,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     if best is not None:  # early stopping: the best validated finetune state is the result
         model.load_tables(best)
     model.eval()
-    final = {"step": step, "stage": "final", "train/loss": float(loss_v), "finetune/best_step": best_step,
+    final = {"step": step, "stage": "final", "train/loss": global_loss(), "finetune/best_step": best_step,
              "finetune/steps_used": max(0, best_step - pre) if best is not None else 0,
              "negatives/full_softmax": float(full), "pretrain/steps": pre,
              "time/pretrain_s": t_pre if t_pre is not None else 0.0, "time/train_s": time.perf_counter() - t_train,

@@ -18,4 +18,11 @@ SPEC = MethodSpec(
     precision_note="DGSWP's plans are sorts of 1-D projections and its Stein gradient averages differences "
                    "h(theta + eps Z) - h(theta) of mean matched costs: half precision reorders near-ties and "
                    "swamps those differences; the Poincare flow is float64",
+    # cfm trains the vector field data-parallel (each rank a shard of every minibatch, DDP); plan and flow
+    # optimise one slice / one particle cloud as a whole, with no network and no minibatch to split
+    single_worker_settings={
+        "plan": "one DGSWP solve on two whole point clouds: no network, no minibatch to split",
+        "flow": "one gradient flow of a whole particle cloud (a DGSWP slice re-fit per step): no network, no "
+                "minibatch to split",
+    },
 )

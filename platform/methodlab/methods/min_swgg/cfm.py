@@ -89,11 +89,23 @@ class Coupler:
         return out
 
 
-def cfm_loss(v: nn.Module, x0: torch.Tensor, x1: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
-    """The CFM regression loss; t and the path noise drawn on x0's device (by `gen`, which lives there)."""
+def cfm_loss(v: nn.Module, x0: torch.Tensor, x1: torch.Tensor, sigma: float, gen: torch.Generator,
+             ctx=None) -> torch.Tensor:
+    """The CFM regression loss; t and the path noise drawn on x0's device (by `gen`, which lives there).
+
+    With a RunContext (data parallel), t and the noise are drawn for the whole minibatch on every rank (the same
+    draws as one worker) and the rank keeps its shard of the pairs (ctx.shard); its loss is its shard's sum over
+    B times the world size, so that DDP's mean over the ranks is the whole minibatch's mean (gradient and value)."""
     t = torch.rand(len(x0), generator=gen, device=x0.device)
-    xt = t[:, None] * x1 + (1 - t[:, None]) * x0 + sigma * torch.randn(x0.shape, generator=gen, device=x0.device)
-    return (v(t, xt) - (x1 - x0)).pow(2).sum(-1).mean()
+    noise = torch.randn(x0.shape, generator=gen, device=x0.device)
+    n = len(x0)
+    if ctx is not None:  # the whole minibatch (the same objects) at world size 1
+        _, x0, x1, t, noise = ctx.shard(torch.arange(n, device=x0.device), x0, x1, t, noise)
+    xt = t[:, None] * x1 + (1 - t[:, None]) * x0 + sigma * noise
+    err = (v(t, xt) - (x1 - x0)).pow(2).sum(-1)
+    if ctx is None or ctx.world_size <= 1:
+        return err.mean()
+    return err.sum() * (ctx.world_size / n)  # the shard's share of the minibatch mean (shards may differ by one)
 
 
 def w2_distance(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -27,6 +27,12 @@ class Config(MethodConfig):
         "checkpoint_every": 25,
     }
 
+    def single_worker_reason(self, setting: str = "train") -> str | None:
+        """The default setting `train` runs `task` (plan | flow | cfm); the named settings run themselves."""
+        from methodlab.methods.min_swgg import SPEC
+
+        return SPEC.single_worker_settings.get(self.task if setting == "train" else setting)
+
     seed: int = Field(0, description="Seed of data, initial slice, Gaussian perturbations and training.")
     task: Task = Field("plan", description="plan: two clouds -> plan; flow: gradient flow; cfm: sliced-OT flow matching.")
     torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this (None: the job's).")

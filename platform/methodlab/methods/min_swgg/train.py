@@ -35,6 +35,18 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     return {"plan": fit_plan, "flow": fit_flow, "cfm": fit_cfm}[cfg.task](cfg, ctx)
 
 
+def _one_worker(task: str, ctx: RunContext) -> None:
+    """plan and flow are one whole computation (no network, no minibatch): the job settings plan | flow are
+    refused at num_workers > 1 before Ray starts (SPEC.single_worker_settings); this catches the same tasks run
+    through the default setting `train` (config.task), where validation cannot see the task."""
+    if ctx.world_size > 1:
+        from methodlab.core import ConfigError
+        from methodlab.methods.min_swgg import SPEC
+
+        raise ConfigError(f"min_swgg task {task!r} does not run data-parallel ({SPEC.single_worker_settings[task]}); "
+                          "set num_workers: 1", field="scaling.num_workers")
+
+
 def _resume(ctx: RunContext):
     if ctx.checkpoint is None:
         return None
@@ -56,6 +68,7 @@ def _writer(cfg, ctx, weights_fn, torch_state_fn, step, final, extras=None, stat
 def fit_plan(cfg: Config, ctx: RunContext) -> dict:
     """DGSWP on two clouds; steps are solver iterations, reported in chunks of log_every."""
     cfg = _as(cfg, "plan")
+    _one_worker("plan", ctx)
     _setup(cfg, ctx)
     from methodlab.methods.min_swgg.data import plan_clouds
 
@@ -122,6 +135,7 @@ def fit_plan(cfg: Config, ctx: RunContext) -> dict:
 # ------------------------------------------------------------------------------------------------ flow
 def fit_flow(cfg: Config, ctx: RunContext) -> dict:
     cfg = _as(cfg, "flow")
+    _one_worker("flow", ctx)
     _setup(cfg, ctx)
     from methodlab.methods.min_swgg.data import flow_clouds, hyperbolic_clouds
     from methodlab.methods.min_swgg.flows import Flow
@@ -216,7 +230,9 @@ def fit_cfm(cfg: Config, ctx: RunContext) -> dict:
                                                     x1[torch.argsort(x1 @ th, stable=True)]) for th in fixed]).double().mean()
             sums["n"] += 1
         a, b = pairs[0][k * B:(k + 1) * B], pairs[1][k * B:(k + 1) * B]
-        loss = cfm_loss(model, a, b, cfg.cfm_sigma, gen)
+        # data parallel: every rank builds the same super-batch and coupling (same generators) and trains on its
+        # shard of each minibatch (cfm_loss shards after drawing t and the path noise); DDP averages the gradients
+        loss = cfm_loss(model, a, b, cfg.cfm_sigma, gen, ctx)
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
         ctx.clip_grad_norm_(v.parameters(), 1.0, opt)
@@ -229,7 +245,8 @@ def fit_cfm(cfg: Config, ctx: RunContext) -> dict:
         done = step >= cfg.cfm_steps
         log = step % cfg.log_every == 0 or done
         if log:  # the only host read of the loss; before the clock stops (the run time includes device work)
-            loss_v = float(loss.detach())
+            # the whole minibatch's loss: the mean of the ranks' shares (the loss itself on one worker)
+            loss_v = float(ctx.all_reduce(loss.detach().reshape(1).clone()))
         t_run += time.perf_counter() - t0
         if log:
             n = max(1, sums["n"])

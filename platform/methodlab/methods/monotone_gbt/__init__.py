@@ -24,4 +24,5 @@ SPEC = MethodSpec(
     precision_note="no torch network: the fits and the monotonicity tests are numpy float64, so autocast has "
                    "nothing to act on",
     no_compile="no torch module to compile (numpy / scipy)",
+    single_worker="numpy / scipy: one strictly convex MAP fit by L-BFGS / Newton, no gradient steps to average",
 )

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from methodlab.methods.monotone_gbt.reproduce import LABEL, LOGS, LOGS_D, PILOT, DEV_SEEDS, REPORT_SEEDS
+LABEL = {"gbt_embedding": "LGBT-D (GBT & embedding)", "gbt": "GBT", "embedding": "embedding only",
+         "binary_law": "LGBT-D, binary root law", "constant": "constant 0"}
+LOGS = {71: (0.113, 0.454), 141: (0.0636, 0.290), 291: (0.0301, 0.182)}  # official Julia logs (1,000 seeds)
+PILOT = {71: (0.108, 0.463, 0.133), 291: (0.0316, 0.175, 0.077)}
+LOGS_D = {2: (0.0497, 0.0801, 0.39), 8: (0.0269, 0.102, 0.125), 20: (0.0183, 0.200, 0.0271)}
+DEV_SEEDS, REPORT_SEEDS = (10, 11, 12), (0, 1, 2)
 
 FD_BAR = 0.99
 

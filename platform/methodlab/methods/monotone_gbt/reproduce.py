@@ -23,12 +23,6 @@ SEEDS = list(range(100))
 ACCEPT_N = [71, 141, 291]
 CURVE_N = list(range(1, 302, 10))
 MODELS = ["gbt_embedding", "gbt", "embedding", "binary_law"]
-LABEL = {"gbt_embedding": "LGBT-D (GBT & embedding)", "gbt": "GBT", "embedding": "embedding only",
-         "binary_law": "LGBT-D, binary root law", "constant": "constant 0"}
-LOGS = {71: (0.113, 0.454), 141: (0.0636, 0.290), 291: (0.0301, 0.182)}  # official Julia logs (1,000 seeds)
-PILOT = {71: (0.108, 0.463, 0.133), 291: (0.0316, 0.175, 0.077)}
-LOGS_D = {2: (0.0497, 0.0801, 0.39), 8: (0.0269, 0.102, 0.125), 20: (0.0183, 0.200, 0.0271)}
-DEV_SEEDS, REPORT_SEEDS = (10, 11, 12), (0, 1, 2)
 
 
 def _cfg(**kw):
@@ -140,6 +134,8 @@ def _movielens() -> dict:
 
 # ------------------------------------------------------------------------------------------------- main
 def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str:
+    from methodlab.methods.monotone_gbt.report import DEV_SEEDS, REPORT_SEEDS, write_report
+
     t_start = time.perf_counter()
     times = {}
     seeds = SEEDS[:20] if quick else SEEDS
@@ -171,8 +167,6 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> str
                 "density map (2 x 42 cells x 20 draws)": [fut_map.result()["time_s"]],
                 "MovieLens (data, 10-fold CV, 40 monotonicity subsets)": [fut_ml.result()["time_s"]]}
     wall = time.perf_counter() - t_start
-    from methodlab.methods.monotone_gbt.report import write_report
-
     return write_report(Path(out_dir), grid=grid, official=official, curve=curve, dgrid=dgrid, mono=mono, fd=fd,
                         dmap=dmap, ml=ml, times=times, task=task, wall=wall, seeds=seeds, curve_seeds=curve_seeds, quick=quick,
                         workers=workers)

@@ -20,4 +20,7 @@ SPEC = MethodSpec(
                    "1 % of W_g late in training; bf16 (8-bit mantissa, 0.4 % of W_g) rounds that tail away: on "
                    "digits-LT the measured MORE loss settles at 5e-4 instead of 1e-4 (noise, not the "
                    "discrepancy); fp16 (11 bits) tracks fp32",
+    single_worker_settings={
+        "merge_export": "folds one checkpoint's low-rank part into W and exports it: no training",
+    },
 )

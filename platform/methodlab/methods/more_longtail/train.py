@@ -57,15 +57,22 @@ def merge_max_diff(net: TwoPathNet, x: torch.Tensor) -> tuple[TwoPathNet, float]
     return merged, float((zf - zm).abs().max())
 
 
-def shift_augment(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tensor:
-    """Translate each image of a batch ([n, H, W] or [n, ch, H, W]) by a random (dy, dx) in [-s, s]^2, zero fill."""
+def draw_shifts(n: int, max_shift: int, gen: torch.Generator) -> torch.Tensor:
+    """[n, 2] random (dy, dx) in [-s, s]^2 from `gen`, on the generator's device (one draw per global batch: under
+    data parallelism every rank draws the same shifts and shards them with the batch's indices)."""
+    s = int(max_shift)
+    return torch.randint(-s, s + 1, (n, 2), generator=gen, device=gen.device)
+
+
+def apply_shifts(x: torch.Tensor, shifts: torch.Tensor, max_shift: int) -> torch.Tensor:
+    """Translate image i of a batch ([n, H, W] or [n, ch, H, W]) by shifts[i] = (dy, dx), zero fill."""
     s = int(max_shift)
     n = x.shape[0]
     if s <= 0 or n == 0:
         return x
     pad = torch.nn.functional.pad(x, (s, s, s, s))
     dev = x.device
-    shifts = torch.randint(-s, s + 1, (n, 2), generator=gen, device=gen.device).to(dev)  # the generator's device
+    shifts = shifts.to(dev)
     h, w = x.shape[-2], x.shape[-1]
     # one gather on x's device (no per-sample host read): out[i, ..., r, c] = pad[i, ..., s - dy_i + r, s - dx_i + c]
     rows = (s - shifts[:, 0])[:, None] + torch.arange(h, device=dev)[None]  # [n, h]
@@ -75,6 +82,13 @@ def shift_augment(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torc
         return pad[i[:, None, None], rows[:, :, None], cols[:, None, :]]
     ch = torch.arange(x.shape[1], device=dev)
     return pad[i[:, None, None, None], ch[None, :, None, None], rows[:, None, :, None], cols[:, None, None, :]]
+
+
+def shift_augment(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tensor:
+    """Translate each image of a batch ([n, H, W] or [n, ch, H, W]) by a random (dy, dx) in [-s, s]^2, zero fill."""
+    if int(max_shift) <= 0 or x.shape[0] == 0:
+        return x
+    return apply_shifts(x, draw_shifts(x.shape[0], max_shift, gen), max_shift)
 
 
 def _lr_factor(cfg: Config, epoch: int) -> float:
@@ -107,12 +121,12 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 1)  # the DataLoader's host-side shuffle
     aug_gen = torch.Generator(device=dev).manual_seed(cfg.seed + 2)  # augmentation draws leave the global RNG (init,
     # dropout) alone; on the device they feed
-    # The loader shuffles and shards (DistributedSampler under DDP) index batches on the host; the images stay on
-    # the device and each step gathers its batch there (the same batches, in the same order, as a loader of the
-    # images themselves).
+    # The loader shuffles index batches on the host; the images stay on the device and each step gathers its batch
+    # there (the same batches, in the same order, as a loader of the images themselves). Data parallel: every rank
+    # runs this same loader (same generator, so the same global batches in the same order as one worker) and takes
+    # its rank-strided shard of each batch with ctx.shard (the whole batch on one worker).
     index = torch.arange(len(data.x_train), device="cpu")
-    loader = ctx.prepare_loader(DataLoader(TensorDataset(index), batch_size=cfg.batch_size, shuffle=True,
-                                           generator=gen))
+    loader = DataLoader(TensorDataset(index), batch_size=cfg.batch_size, shuffle=True, generator=gen)
     steps_per_epoch = max(1, len(loader))
     epoch, step = 0, 0
     zf0, zg0 = logits(net, data.x_test)
@@ -149,13 +163,17 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         for g in opt.param_groups:
             g["lr"] = cfg.lr * _lr_factor(cfg, epoch)
         model.train()
-        sampler = getattr(loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):  # DistributedSampler (multi-worker): a new shuffle every epoch
-            sampler.set_epoch(epoch)
         # summed on the device in float64 (as the Python float sums they replace); read once per report
         sums = {"task": torch.zeros((), dtype=torch.float64, device=dev),
                 "more": torch.zeros((), dtype=torch.float64, device=dev), "alpha": 0.0, "n": 0}
         for (ib,) in loader:
+            n_global = len(ib)
+            # the global batch's shifts (one draw, as on one worker), sharded with its indices
+            shifts = draw_shifts(n_global, cfg.augment_shift, aug_gen) if cfg.augment == "shift" else None
+            if shifts is None:
+                ib = ctx.shard(ib)
+            else:
+                ib, shifts = ctx.shard(ib, shifts)
             ib = ib.to(dev, non_blocking=True)
             xb, yb = data.x_train[ib], data.y_train[ib]
             if cfg.more.schedule_unit == "epoch":
@@ -163,14 +181,23 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             else:
                 alpha = alpha_t(step, cfg.epochs * steps_per_epoch, cfg.more.amplitude, c, cfg.more.schedule)
             alpha = alpha if arm == "more" else 0.0
-            if cfg.augment == "shift":
-                xb = shift_augment(xb, cfg.augment_shift, aug_gen)
+            if shifts is not None:
+                xb = apply_shifts(xb, shifts, cfg.augment_shift)
             with ctx.autocast():
                 z_full, z_gen = model(xb)
             z_full, z_gen = z_full.float(), z_gen.float()  # losses in float32
             l_task = task_loss(z_full, yb, prior, cfg.base_loss, cfg.la_tau)
             l_more = more_loss(z_full, z_gen, yb, prior, data.multilabel, cfg.more.discrepancy, cfg.more.weighting)
             loss = l_task + alpha * l_more if alpha > 0 else l_task
+            if ctx.world_size > 1:
+                # both losses are per-sample means over this rank's shard; weighting each by its share of the global
+                # batch (n_local * world / n_global, 1 for equal shards) makes DDP's gradient mean the whole batch's
+                # gradient even when the last batch of an epoch splits unevenly (and the reported mean its loss)
+                share = len(ib) * ctx.world_size / n_global
+                if len(ib) == 0:  # a last batch smaller than the world: no samples here, zero gradients (not NaN)
+                    loss = l_task = l_more = (z_full.sum() + z_gen.sum()) * 0.0
+                else:
+                    loss, l_task, l_more = loss * share, l_task * share, l_more * share
             opt.zero_grad(set_to_none=True)
             ctx.backward(loss)
             ctx.optimizer_step(opt)
@@ -184,6 +211,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if epoch % cfg.log_every == 0 or done or epoch == 1:
             n = max(sums["n"], 1)
             lt_, lm_, al_ = float(sums["task"]) / n, float(sums["more"]) / n, sums["alpha"] / n
+            if ctx.world_size > 1:  # the global batches' losses (mean over the ranks of their weighted shard means)
+                lt_, lm_ = ctx.all_reduce(torch.tensor([lt_, lm_], dtype=torch.float32, device=dev)).tolist()
             m = {"epoch": epoch, "train/step": step, "train/loss_task": lt_, "train/loss_more": lm_, "train/alpha": al_,
                  "train/more_over_task": al_ * lm_ / lt_ if lt_ > 0 else 0.0,
                  "train/finite": float(math.isfinite(lt_) and math.isfinite(lm_)),

@@ -22,4 +22,9 @@ SPEC = MethodSpec(
     no_compile="the model has no single forward: the loss calls its parts and takes the density -dGamma*/dtau "
                "by torch.autograd.grad(create_graph=True) inside the loss (a double backward), which torch.compile "
                "does not support",
+    single_worker_settings={
+        "calibrate": "calibrates thresholds of one trained model on held-out sequences: no training to split",
+        "evaluate": "scores one checkpoint: no training to split",
+        "simulate": "writes one generated dataset: every rank would repeat it",
+    },
 )

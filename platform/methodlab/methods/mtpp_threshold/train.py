@@ -29,20 +29,45 @@ def build_model(cfg: Config, n_marks: int):
                    cfg.removes_tail, cfg.eps, cfg.init)
 
 
-def batch_loss(model, marks, gaps, mask, wgap, stats, cfg: Config):
+def batch_loss(model, marks, gaps, mask, wgap, stats, cfg: Config, *, norm: float | None = None, counts=None):
     """Mean NLL per target event (+ survival per sequence when on); batch_balanced reweights every event by
-    (count of the rarest mark present in the batch) / (count of its own mark)."""
+    (count of the rarest mark present in the batch) / (count of its own mark).
+
+    Data parallel (a rank's shard of the global batch): `norm` is the global batch's target count over the world
+    size and `counts` the global batch's mark counts, so that DDP's mean of the ranks' losses (and gradients) is
+    the whole batch's; None (one worker): both come from this batch, as always."""
     nll, surv = tpp.event_nll(model, marks, gaps, mask, stats, create_graph=True, eps=cfg.eps,
                               window_gap=wgap if cfg.survival else None)
     tmask = mask[:, 1:]
     if cfg.loss_weighting == "batch_balanced":  # masks and one-hot counts: no data-dependent shapes, no host read
         tgt = marks[:, 1:].clamp(max=model.M - 1)
-        counts = (F.one_hot(tgt, model.M) * tmask.unsqueeze(-1)).sum((0, 1)).float()
+        if counts is None:
+            counts = mark_counts(marks, mask, model.M)
         rarest = counts.masked_fill(counts == 0, float("inf")).min()
         w = torch.where(tmask, rarest / counts[tgt], torch.zeros_like(nll))
         nll = nll * w
     total = nll.sum() + (surv.sum() if surv is not None else 0.0)
-    return total / tmask.sum().clamp_min(1)
+    return total / (tmask.sum().clamp_min(1) if norm is None else norm)
+
+
+def mark_counts(marks, mask, n_marks: int):
+    """Target events per mark of a batch [M] (float)."""
+    tgt = marks[:, 1:].clamp(max=n_marks - 1)
+    return (F.one_hot(tgt, n_marks) * mask[:, 1:].unsqueeze(-1)).sum((0, 1)).float()
+
+
+class Objective(torch.nn.Module):
+    """The training loss as one module forward. The model has no single forward (the loss calls its parts and
+    takes the density by an inner autograd.grad(create_graph=True): a double backward), so DDP wraps this: the
+    training forward then runs through the wrapper and the outer backward averages the gradients over the ranks
+    (the inner grad is taken w.r.t. the gaps, not the parameters, so it fires none of DDP's hooks)."""
+
+    def __init__(self, model, stats, cfg: Config):
+        super().__init__()
+        self.model, self.stats, self.cfg = model, stats, cfg
+
+    def forward(self, marks, gaps, mask, wgap, norm=None, counts=None):
+        return batch_loss(self.model, marks, gaps, mask, wgap, self.stats, self.cfg, norm=norm, counts=counts)
 
 
 def meta(data, thresholds) -> dict:
@@ -59,9 +84,6 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     data = build_data(cfg, ctx.device)  # padded sequences and masks on ctx.device, moved once
     with ctx.init_module():
         model = build_model(cfg, data.n_marks)
-    # the model has no single forward (the loss calls its parts, with a double backward for the density): the
-    # loop uses the plain module; prepare_model places it (and DDP-wraps it on several ranks, as before: no sync)
-    model = ctx.unwrap(ctx.prepare_model(model))
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     epoch, best_nll, bad, best_state, thresholds = 0, math.inf, 0, None, None
     if ctx.checkpoint is not None:
@@ -73,6 +95,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         ctx.history[:] = list(ck.extras.get("history", []))
         if ck.state.get("final"):  # resumed after the end: nothing left to train
             return ctx.history[-1]
+    # the training forward goes through `objective` (DDP-wrapped on several ranks: gradients averaged in backward);
+    # `model` is the same parameters, for evaluation, projection and checkpoints
+    objective = ctx.prepare_model(Objective(model, data.stats, cfg))
 
     def writer(final: bool = False):
         def write(d: Path) -> None:
@@ -90,13 +115,28 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     while epoch < cfg.max_epochs and not stop:
         tot, n_ev = torch.zeros((), dtype=torch.float64, device=ctx.device), 0  # summed on the device
         for idx in batches(n_train, cfg.batch_size, cfg.seed, epoch):
-            marks, gaps, mask, wgap = take(data.train, idx)
+            k = n_targets(data.train, idx)  # of the global batch, from the host lengths
+            # data parallel: every rank draws the same global batch (seeded by epoch) and takes its shard (all of
+            # it on one worker); the loss is normalised by the global batch's targets, so DDP's gradient mean is
+            # the whole batch's gradient whatever the shards' lengths
+            mine, norm, counts, scale = ctx.shard(idx), None, None, 1.0
+            if ctx.world_size > 1:
+                norm = max(k, 1) / ctx.world_size
+                if cfg.loss_weighting == "batch_balanced":  # the rarest mark of the global batch
+                    gm, _, gmask, _ = take(data.train, idx)
+                    counts = mark_counts(gm, gmask, model.M)
+                if len(mine) == 0:  # a last batch smaller than the world: a zero-weight row keeps DDP in step
+                    mine, scale = idx[:1], 0.0
+            marks, gaps, mask, wgap = take(data.train, mine)
             with ctx.autocast():
-                loss = batch_loss(model, marks, gaps, mask, wgap, data.stats, cfg)
+                loss = objective(marks, gaps, mask, wgap, norm, counts)
+                if scale != 1.0:
+                    loss = loss * scale
             opt.zero_grad(set_to_none=True)
             ctx.backward(loss)
             # the step's one host read: a non-finite loss or gradient would write NaN into every weight, so the
-            # update is skipped (under fp16 the GradScaler makes this call itself, and lowers its scale)
+            # update is skipped (under fp16 the GradScaler makes this call itself, and lowers its scale); the
+            # gradients are the ranks' mean here, so every rank skips alike
             if ctx.precision != "fp16" and not bool(
                     torch.stack([torch.isfinite(p.grad).all() for p in params if p.grad is not None]).all()):
                 skipped += 1
@@ -106,7 +146,6 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             ctx.optimizer_step(opt)
             if cfg.nonneg_weights == "project" and isinstance(model, IFNMTPP):
                 model.project_()
-            k = n_targets(data.train, idx)  # from the host lengths
             tot, n_ev = tot + loss.detach().double() * k, n_ev + k
         epoch += 1
         last = epoch >= cfg.max_epochs
@@ -124,6 +163,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             thresholds = calibrate(model, data, cfg)
             ev = evaluate(model, data, cfg, thresholds, split="val", time_eval=False, nll=False, oracle=False,
                           timefirst=False)
+        if ctx.world_size > 1:  # the ranks' losses average to the global batch's: the curve of one worker
+            tot = ctx.all_reduce(tot.float().reshape(1))
         metrics = {"epoch": epoch, "step": epoch, "train/nll": float(tot) / max(n_ev, 1), "val/nll": val_nll,
                    "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
         if isinstance(model, IFNMTPP):

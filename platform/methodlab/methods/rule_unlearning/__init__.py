@@ -16,4 +16,7 @@ SPEC = MethodSpec(
               "rs_sft": f"{_PKG}.train:fit_rs", "eval": f"{_PKG}.train:fit_eval",
               "baseline": f"{_PKG}.train:fit_baseline"},
     family="core",
+    single_worker_settings={
+        "eval": "evaluates one checkpoint: no training to split",
+    },
 )

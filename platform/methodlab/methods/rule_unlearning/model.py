@@ -62,13 +62,8 @@ class TinyGPT(nn.Module):
 
 
 def build_model(cfg, vocab_size: int, pad_id: int = 0, device=None) -> nn.Module:
-    """The tiny GPT (random init, its parameters created on `device`), or for backbone smollm2 a fresh copy of
-    SmolLM2-135M-Instruct (pretrained; loaded on the CPU once per process, the copy moved to `device`).
-    device None: CPU (or the surrounding `with ctx.init_module():`)."""
-    if getattr(cfg, "backbone", "tiny") == "smollm2":
-        from methodlab.methods.rule_unlearning.hf_backbone import load_smollm2
-
-        return load_smollm2(device)[0]
+    """The tiny GPT (random init, its parameters created on `device`; device None: CPU or the surrounding
+    `with ctx.init_module():`). Backbone smollm2 is train._new_model's (hf_backbone.load_smollm2)."""
     if device is None:
         return TinyGPT(vocab_size, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.context, pad_id)
     with torch.device(device):

@@ -30,8 +30,13 @@ CORPUS_VERSION = "1"
 
 # ------------------------------------------------------------------------------------------ helpers
 def _new_model(cfg: Config, tok, ctx: RunContext) -> torch.nn.Module:
-    """A fresh model (tiny GPT or SmolLM2) with its parameters on ctx.device."""
+    """A fresh model (tiny GPT or SmolLM2) with its parameters on ctx.device. SmolLM2: a fresh copy of
+    SmolLM2-135M-Instruct (pretrained; loaded on the CPU once per process, the copy moved to ctx.device)."""
     with ctx.init_module():
+        if getattr(cfg, "backbone", "tiny") == "smollm2":
+            from methodlab.methods.rule_unlearning.hf_backbone import load_smollm2
+
+            return load_smollm2(ctx.device)[0]
         return build_model(cfg, len(tok), tok.pad, device=ctx.device)
 
 
@@ -51,6 +56,22 @@ def _lr(step: int, total: int, lr: float, warmup: int = 0, floor: float = 0.1) -
         return lr * (step + 1) / warmup
     frac = (step - warmup) / max(1, total - warmup)
     return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def _agree(ctx: RunContext, flag: bool) -> bool:
+    """Rank 0's decision on every rank (a wall-clock cap or an early stop must end every rank's loop at the same
+    step, or DDP's next gradient all-reduce waits forever); the flag itself at world size 1."""
+    if ctx.world_size <= 1:
+        return flag
+    return bool(ctx.broadcast(torch.tensor([float(flag)], dtype=torch.float32, device=ctx.device))[0] > 0)
+
+
+def _global_mean(ctx: RunContext, value) -> float:
+    """The mean over the ranks of a per-rank value (a loss already weighted by its shard's share of the global
+    batch, so the mean is the global batch's loss); the value itself at world size 1."""
+    if ctx.world_size <= 1:
+        return float(value)
+    return float(ctx.all_reduce(torch.tensor([float(value)], dtype=torch.float32, device=ctx.device))[0])
 
 
 def teacher_forced_em(model, tok, pairs, batch: int = 64) -> float:
@@ -81,36 +102,42 @@ def sft(model, tok, pairs, *, lr: float, epochs: int, batch: int, seed: int, ctx
     per_epoch = math.ceil(len(pairs) / batch)
     total, step, t0, epoch, last = epochs * per_epoch, 0, time.perf_counter(), 0, None
     stop_checked = False  # whether `stop` saw the final weights (no training after its last call)
-    g = torch.Generator(device="cpu").manual_seed(seed)  # the data order: host-side index lists
+    g = torch.Generator(device="cpu").manual_seed(seed)  # the data order: host-side index lists (same on every rank)
+    out_of_time = lambda: max_s is not None and _agree(ctx, time.perf_counter() - t0 > max_s)  # noqa: E731
     model.train()
     for epoch in range(1, epochs + 1):
         perm = torch.randperm(len(pairs), generator=g, device="cpu").tolist()
         for k in range(per_epoch):
-            idx = perm[k * batch:(k + 1) * batch][ctx.rank::ctx.world_size]
-            if not idx:
+            glob = perm[k * batch:(k + 1) * batch]  # the global batch; this rank's shard (all of it on one worker)
+            idx = ctx.shard(glob)
+            if not glob:
                 continue
-            ids, mask = _batch(tok, [pairs[i] for i in idx], loss_on, ctx.device)
+            ids, mask = _batch(tok, [pairs[i] for i in (idx or glob[:1])], loss_on, ctx.device)
             for group in opt.param_groups:
                 group["lr"] = _lr(step, total, lr, warmup)
             with ctx.autocast():
                 loss = lm_loss(net, ids, mask)
+            if ctx.world_size > 1:  # weight the shard's token mean by its share of the global batch's target tokens:
+                # DDP's mean over the ranks is then the whole batch's token mean (shards differ in tokens)
+                n_all = int(_batch(tok, [pairs[i] for i in glob], loss_on)[1].sum())
+                loss = loss * (mask.sum() * (ctx.world_size / max(1, n_all))) if idx else loss * 0.0
             opt.zero_grad(set_to_none=True)
             ctx.backward(loss)
             ctx.clip_grad_norm_(model.parameters(), 1.0, opt)
             ctx.optimizer_step(opt)
             step += 1
             last = loss.detach()  # read once, at the end
-            if max_s is not None and time.perf_counter() - t0 > max_s:
+            if out_of_time():
                 break
         stop_checked = False
         if stop is not None and eval_every and (epoch % eval_every == 0 or epoch == epochs):
             stop_checked = True
-            if stop(model):
+            if _agree(ctx, stop(model)):
                 break
-        if max_s is not None and time.perf_counter() - t0 > max_s:
+        if out_of_time():
             break
     return {"epochs": epoch, "steps": step, "seconds": time.perf_counter() - t0,
-            "loss": float(last) if last is not None else float("nan"), "stop_checked": stop_checked}
+            "loss": _global_mean(ctx, last) if last is not None else float("nan"), "stop_checked": stop_checked}
 
 
 # ------------------------------------------------------------------------------------------ stage 0
@@ -167,8 +194,9 @@ def base_model(cfg: Config, sp: Splits, ctx: RunContext) -> tuple[torch.nn.Modul
     return model, info
 
 
-def base_eval(cfg: Config, sp: Splits, base) -> dict:
-    """Evaluation of the base model (cached beside it when the cache is on: it depends on the splits only)."""
+def base_eval(cfg: Config, sp: Splits, base, write: bool = True) -> dict:
+    """Evaluation of the base model (cached beside it when the cache is on: it depends on the splits only; written
+    when `write`: rank 0 only in a data-parallel run)."""
     keys = ("forget_frac", "retain_eval_prompts", "n_forget", "n_neighbours", "max_new_tokens", "answer_rouge")
     k = hashlib.sha256(json.dumps({"p": cfg.refusal_patterns, **{x: getattr(cfg, x) for x in keys}},
                                   sort_keys=True).encode()).hexdigest()[:12]
@@ -176,7 +204,7 @@ def base_eval(cfg: Config, sp: Splits, base) -> dict:
     if cfg.pretrain_cache and f.exists():
         return json.loads(f.read_text())
     out = {k2.replace("eval/", "base/"): v for k2, v in evaluate(base, sp, cfg).items()}
-    if cfg.pretrain_cache and f.parent.exists():
+    if write and cfg.pretrain_cache and f.parent.exists():
         tmp = f.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(out))
         os.replace(tmp, f)
@@ -205,16 +233,17 @@ def rl_prompts(cfg: Config, sp: Splits, base) -> list[dict]:
     return out
 
 
-def sample_prompts(cfg: Config, records: list[dict], step: int, rank: int, world: int) -> list[dict]:
-    """prompts_per_step records (forget_share of them forget prompts, drawn with replacement), this rank's share."""
+def sample_prompts(cfg: Config, records: list[dict], step: int, ctx: RunContext) -> list[dict]:
+    """prompts_per_step records (forget_share of them forget prompts, drawn with replacement): the same global draw
+    on every rank (seeded by step), this rank's shard of it (ctx.shard on the record indices; all on one worker)."""
     g = torch.Generator(device="cpu").manual_seed(cfg.seed * 1_000_003 + step)  # a host-side choice of records
-    f = [r for r in records if r["kind"] == "reject"]
-    b = [r for r in records if r["kind"] == "normal"]
+    f = [i for i, r in enumerate(records) if r["kind"] == "reject"]
+    b = [i for i, r in enumerate(records) if r["kind"] == "normal"]
     n_f = min(cfg.prompts_per_step, max(1, round(cfg.forget_share * cfg.prompts_per_step))) if b else cfg.prompts_per_step
     pick = [f[i] for i in torch.randint(len(f), (n_f,), generator=g, device="cpu").tolist()]
     if b and cfg.prompts_per_step - n_f > 0:
         pick += [b[i] for i in torch.randint(len(b), (cfg.prompts_per_step - n_f,), generator=g, device="cpu").tolist()]
-    return pick[rank::world]
+    return [records[i] for i in ctx.shard(pick)]
 
 
 def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: torch.Generator,
@@ -223,7 +252,12 @@ def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: t
     with the k3 KL to the reference (GRPO) or a KL-shaped reward with batch normalisation (REINFORCE++).
     Rollouts, log-probs and the update run on the policy's device (`gen` lives there); the rewards are Python
     string checks on the decoded completions (one read back per step). Returned stats are tensors or floats,
-    read when reported."""
+    read when reported.
+    Data parallel: each rank rolls out its shard of the step's prompts with its own rank-seeded `gen` (rollouts are
+    independent samples, so per-rank seeds are legitimate; the prompts per step add up to the 1-worker batch). Groups
+    stay whole on one rank (GRPO's group baseline is local); the token-mean losses are weighted by the shard's share
+    of the global batch's response tokens (DDP's mean is then the whole batch's token mean), REINFORCE++ takes its
+    baseline and scale over the global batch, and the returned stats are those of the global batch."""
     from methodlab.methods.rule_unlearning.model import generate
 
     n = cfg.group_size
@@ -240,11 +274,24 @@ def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: t
         old = token_logprobs(policy, ids)
         ref_lp = token_logprobs(ref, ids)
     fmask = mask.float()
+    dp = ctx.world_size > 1
     if cfg.rl_algo == "grpo":
         adv = grpo.group_advantages(R, n)
+        if dp:
+            n_tok = ctx.all_reduce(fmask.sum().reshape(1), op="sum")[0]
     else:
         kl_seq = ((old - ref_lp) * fmask).sum(1)
-        adv = grpo.batch_advantages(R - cfg.kl_coef * kl_seq)
+        shaped = R - cfg.kl_coef * kl_seq
+        if dp:  # the global batch's baseline and scale (sum, sum of squares, count), and its response tokens
+            r = shaped.float()
+            tot = ctx.all_reduce(torch.stack([fmask.sum(), r.sum(), (r * r).sum()]), op="sum")
+            n_tok, cnt = tot[0], cfg.prompts_per_step * n  # the global batch's rollouts (known on the host)
+            mu = tot[1] / cnt
+            sd = ((tot[2] - cnt * mu * mu).clamp_min(0) / max(1, cnt - 1)).sqrt()  # unbiased, as torch.std
+            adv = (r - mu) / (sd + 1e-6) if cnt > 1 else torch.zeros_like(r)
+        else:
+            adv = grpo.batch_advantages(shaped)
+    share = fmask.sum() * ctx.world_size / n_tok.clamp_min(1) if dp else None
     policy.train()
     stats = {}
     for _ in range(cfg.ppo_epochs):
@@ -253,6 +300,8 @@ def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: t
         pl, info = grpo.policy_loss(logp, old, adv, fmask, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
         kl = grpo.masked_mean(grpo.k3(logp, ref_lp), fmask)
         loss = pl + cfg.kl_coef * kl if cfg.rl_algo == "grpo" else pl
+        if dp:  # token means weighted by the shard's share of the global batch's response tokens
+            loss, kl, info["clip_frac"] = loss * share, kl * share, info["clip_frac"] * share
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
         gn = ctx.clip_grad_norm_(policy.parameters(), cfg.grad_clip, opt)
@@ -261,12 +310,38 @@ def rl_step(cfg: Config, tok, policy, net, ref, opt, prompts: list[dict], gen: t
     policy.eval()
     is_f = torch.tensor([r["kind"] == "reject" for r in recs], device="cpu")
     adv_g = adv.view(-1, n)
+    if dp:
+        return {**stats, **_global_rl_stats(ctx, stats, R_host, is_f, n, adv_g, fmask, cfg.rl_algo == "grpo")}
     return {**stats, "rl/reward": float(R_host.mean()),
             "rl/reward_forget": float(R_host[is_f].mean()) if is_f.any() else float("nan"),
             "rl/reward_boundary": float(R_host[~is_f].mean()) if (~is_f).any() else float("nan"),
             "rl/informative_groups": grpo.informative_groups(R_host, n),
             "rl/adv_group_mean_abs": adv_g.mean(1).abs().max().detach() if cfg.rl_algo == "grpo" else float("nan"),
             "rl/response_tokens": fmask.sum(1).mean()}
+
+
+def _global_rl_stats(ctx: RunContext, stats: dict, R_host, is_f, n: int, adv_g, fmask, grpo_adv: bool) -> dict:
+    """One step's stats over the global batch (data parallel): one float32 all-reduce of the ranks' sums and
+    counts; the largest |group mean advantage| through a one-hot slot per rank. The grad norm is the same on every
+    rank already (taken after DDP's gradient mean)."""
+    R = R_host.float()
+    groups = R.view(-1, n)
+    host = [float(R.sum()), float(R.numel()), float(R[is_f].sum()), float(is_f.sum()), float(R[~is_f].sum()),
+            float((~is_f).sum()), float(((groups.max(1).values - groups.min(1).values) > 1e-9).sum()),
+            float(groups.shape[0])]
+    slot = torch.zeros(ctx.world_size, dtype=torch.float32, device=ctx.device)
+    if grpo_adv:
+        slot[ctx.rank] = adv_g.mean(1).abs().max().detach().float()
+    dev_part = torch.stack([stats["rl/loss"].float(), stats["rl/kl"].float(), stats["rl/clip_frac"].float(),
+                            fmask.sum().float(), torch.tensor(float(fmask.shape[0]), device=fmask.device)])
+    v = torch.cat([dev_part.to(ctx.device), torch.tensor(host, dtype=torch.float32, device=ctx.device), slot])
+    t = ctx.all_reduce(v, op="sum").tolist()
+    w = ctx.world_size
+    div = lambda a, b: a / b if b else float("nan")  # noqa: E731
+    return {"rl/loss": t[0] / w, "rl/kl": t[1] / w, "rl/clip_frac": t[2] / w,
+            "rl/response_tokens": div(t[3], t[4]), "rl/reward": div(t[5], t[6]), "rl/reward_forget": div(t[7], t[8]),
+            "rl/reward_boundary": div(t[9], t[10]), "rl/informative_groups": div(t[11], t[12]),
+            "rl/adv_group_mean_abs": max(t[13:]) if grpo_adv else float("nan")}
 
 
 def _writer(cfg, policy, ref, opt, step, ctx, extras, label="rule"):
@@ -324,7 +399,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         else:
             ref, rinfo = rejection_steering(cfg, sp, base, ctx)
         policy = copy.deepcopy(ref)
-        bev = base_eval(cfg, sp, base)
+        bev = base_eval(cfg, sp, base, write=ctx.is_main)
     for p in ref.parameters():
         p.requires_grad_(False)
     ref.eval()
@@ -335,7 +410,13 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         opt.load_state_dict(ck.torch_state["optimizer"])
     net = ctx.prepare_model(policy)
     records = rl_prompts(cfg, sp, base)
-    gen = torch.Generator(device=ctx.device).manual_seed(cfg.seed * 7919 + ctx.rank + 1)  # rollout sampling
+    if cfg.rl_steps > step and cfg.prompts_per_step < ctx.world_size:
+        from methodlab.core import ConfigError
+
+        raise ConfigError(f"prompts_per_step={cfg.prompts_per_step} gives some of the {ctx.world_size} workers no "
+                          "prompt: use at least one prompt per worker", field="prompts_per_step")
+    # rollout sampling: each rank samples its own rollouts (independent samples: rank-dependent seeds are legitimate)
+    gen = torch.Generator(device=ctx.device).manual_seed(cfg.seed * 7919 + ctx.rank + 1)
     if ctx.checkpoint is not None:
         gen.manual_seed(cfg.seed * 7919 + ctx.rank + 1 + 104729 * step)
     if step == 0:
@@ -345,7 +426,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     first_kl = float(ctx.history[-1].get("rl/kl_first_update", float("nan"))) if ctx.history else float("nan")
     while step < cfg.rl_steps:
         ts = time.perf_counter()
-        prompts = sample_prompts(cfg, records, step, ctx.rank, ctx.world_size)
+        prompts = sample_prompts(cfg, records, step, ctx)
         stats = rl_step(cfg, sp.tok, policy, net, ref, opt, prompts, gen, ctx)
         if step == 0:
             first_kl = stats["rl/kl"]  # the first update's KL: 0, the policy starts as the reference
@@ -354,7 +435,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         step += 1
         done = step >= cfg.rl_steps
         if step % cfg.log_every == 0 or done:
-            m = {"step": step, **stats, **evaluate(policy, sp, cfg), **bev, "rl/seconds": rl_s,
+            # the RS summary rides along every report, as the base evaluation does
+            m = {"step": step, **stats, **evaluate(policy, sp, cfg), **bev, **rinfo, "rl/seconds": rl_s,
                  "wall/seconds": time.perf_counter() - t0}
             save = done or step % cfg.checkpoint_every == 0
             ctx.report(m, checkpoint=_writer(cfg, policy, ref, opt, step, ctx, extras) if save else None)
@@ -377,7 +459,8 @@ def fit_rs(cfg: Config, ctx: RunContext) -> dict:
     """Stage 1 only: Rejection Steering from the base (this checkpoint is also RULE's KL reference)."""
     sp, base, pinfo, extras = _prelude(cfg, ctx)
     rs, rinfo = rejection_steering(cfg, sp, base, ctx)
-    m = {"step": rinfo["rs/steps"], "epoch": cfg.rs_epochs, **rinfo, **evaluate(rs, sp, cfg), **base_eval(cfg, sp, base)}
+    m = {"step": rinfo["rs/steps"], "epoch": cfg.rs_epochs, **rinfo, **evaluate(rs, sp, cfg),
+         **base_eval(cfg, sp, base, write=ctx.is_main)}
     ctx.report(m, checkpoint=_writer(cfg, rs, None, None, rinfo["rs/steps"], ctx, extras, "rs"))
     return ctx.history[-1]
 
@@ -386,7 +469,7 @@ def fit_eval(cfg: Config, ctx: RunContext) -> dict:
     """Evaluate `init_checkpoint` (or the base when None) on forget / neighbour / retain."""
     sp, base, pinfo, extras = _prelude(cfg, ctx)
     model = _load_policy(cfg.init_checkpoint, cfg, sp.tok, ctx)[0] if cfg.init_checkpoint else base
-    m = {"step": 0, **evaluate(model, sp, cfg), **base_eval(cfg, sp, base)}
+    m = {"step": 0, **evaluate(model, sp, cfg), **base_eval(cfg, sp, base, write=ctx.is_main)}
     ctx.report(m, checkpoint=_writer(cfg, model, None, None, 0, ctx, extras, "eval"))
     return ctx.history[-1]
 
@@ -394,7 +477,7 @@ def fit_eval(cfg: Config, ctx: RunContext) -> dict:
 def fit_baseline(cfg: Config, ctx: RunContext) -> dict:
     """GA (ascent on forget-train answers), NPO (beta, reference = base) or RT (= RS only), same data and base."""
     sp, base, pinfo, extras = _prelude(cfg, ctx)
-    bev = base_eval(cfg, sp, base)
+    bev = base_eval(cfg, sp, base, write=ctx.is_main)
     if cfg.baseline == "rt":
         model, info = rejection_steering(cfg, sp, base, ctx)
         steps = info["rs/steps"]
@@ -406,9 +489,12 @@ def fit_baseline(cfg: Config, ctx: RunContext) -> dict:
         pairs = [(q.prompt, q.answer) for q in sp.forget_train]
         g = torch.Generator(device="cpu").manual_seed(cfg.seed)  # host-side batch indices
         t0, steps, loss = time.perf_counter(), 0, torch.tensor(0.0, device=ctx.device)
-        while steps < cfg.baseline_steps and time.perf_counter() - t0 < cfg.baseline_max_s:
-            idx = torch.randint(len(pairs), (cfg.baseline_batch,), generator=g, device="cpu").tolist()[ctx.rank::ctx.world_size]
-            ids, mask = _batch(sp.tok, [pairs[i] for i in idx], device=ctx.device)
+        # the wall-clock cap is rank 0's decision on every rank (all ranks stop at the same step under DDP)
+        while steps < cfg.baseline_steps and _agree(ctx, time.perf_counter() - t0 < cfg.baseline_max_s):
+            # the global batch (the same draw on every rank) and this rank's shard of it (all of it on one worker)
+            glob = torch.randint(len(pairs), (cfg.baseline_batch,), generator=g, device="cpu").tolist()
+            idx = ctx.shard(glob)
+            ids, mask = _batch(sp.tok, [pairs[i] for i in (idx or glob[:1])], device=ctx.device)
             with ctx.autocast():
                 if cfg.baseline == "ga":
                     loss = -lm_loss(net, ids, mask)
@@ -417,12 +503,20 @@ def fit_baseline(cfg: Config, ctx: RunContext) -> dict:
                     with torch.no_grad():
                         lr_ = (token_logprobs(ref, ids) * mask).sum(1)
                     loss = -(2.0 / cfg.npo_beta) * torch.nn.functional.logsigmoid(-cfg.npo_beta * (lp - lr_)).mean()
+            if ctx.world_size > 1:  # the shard's mean weighted by its share of the global batch (GA: target tokens,
+                # NPO: sequences), so DDP's mean over the ranks is the whole batch's loss and gradient
+                if cfg.baseline == "ga":
+                    n_all = int(_batch(sp.tok, [pairs[i] for i in glob])[1].sum())
+                    share = mask.sum() * (ctx.world_size / max(1, n_all))
+                else:
+                    share = len(idx) * ctx.world_size / len(glob)
+                loss = loss * share if idx else loss * 0.0
             opt.zero_grad(set_to_none=True)
             ctx.backward(loss)
             ctx.clip_grad_norm_(model.parameters(), 1.0, opt)
             ctx.optimizer_step(opt)
             steps += 1
-        info = {"baseline/seconds": time.perf_counter() - t0, "baseline/loss": float(loss.detach())}
+        info = {"baseline/seconds": time.perf_counter() - t0, "baseline/loss": _global_mean(ctx, loss.detach())}
         model.eval()
     m = {"step": steps, **info, **evaluate(model, sp, cfg), **bev}
     ctx.report(m, checkpoint=_writer(cfg, model, None, None, steps, ctx, extras, cfg.baseline))

@@ -23,4 +23,5 @@ SPEC = MethodSpec(
     precisions=("fp32",),
     precision_note="no torch network: the maths is numpy float64, so autocast has nothing to act on",
     no_compile="no torch module to compile (numpy / scipy)",
+    single_worker="numpy / scipy: SLSQP designs and closed-form best responses, no gradient steps to average",
 )

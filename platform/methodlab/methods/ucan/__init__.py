@@ -16,4 +16,10 @@ SPEC = MethodSpec(
     settings={"denoise": f"{_PKG}.jobs:fit_denoise", "upsample": f"{_PKG}.jobs:fit_upsample",
               "image_denoise": f"{_PKG}.jobs:fit_image", "eval": f"{_PKG}.jobs:fit_eval"},
     family="pointcloud",
+    single_worker_settings={
+        "denoise": "one cloud in, one cloud out: no training to split",
+        "upsample": "one cloud in, one cloud out: no training to split",
+        "eval": "scores one checkpoint on the evaluation shapes: no training to split",
+        "image_denoise": "a zero-shot fit on the one noisy image: every step trains on the whole image (its two "
+                         "downsampled halves), so there is no batch to shard"},
 )

@@ -16,4 +16,7 @@ SPEC = MethodSpec(
     reproduce=f"{_PKG}.reproduce:main",
     settings={"reconstruct": f"{_PKG}.train:fit_reconstruct"},
     family="imaging",
+    single_worker="a deep image prior fits one reconstruction: the unit of work is a whole run (M <= 8 "
+                  "measurements, each with its own decoder, one image per reconstruction), so there is no batch to "
+                  "shard",
 )

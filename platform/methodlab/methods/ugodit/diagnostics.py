@@ -86,8 +86,7 @@ def task_of(doc: dict) -> str:
 
 
 def _cfg(task: str, seed: int, train: int = TRAIN, fit: int = FIT_ITERS, **over):
-    from methodlab.methods.ugodit.config import Config
-    from methodlab.methods.ugodit.reproduce import PRESETS
+    from methodlab.methods.ugodit.config import PRESETS, Config
 
     t = TASKS[task]
     return Config(**{**PRESETS[t["preset"]], **t["over"], "train_iterations": train, "test_iterations": fit,
@@ -220,7 +219,8 @@ def seed_spread_lines(task: str, runs: dict | None) -> list[str]:
     (reports/ugodit_runs.json: development and reported seeds), no compute."""
     import numpy as np
 
-    from methodlab.methods.ugodit.reproduce import DEV_SEEDS, SEEDS, per_seed_margins
+    from methodlab.methods.ugodit.config import DEV_SEEDS, SEEDS
+    from methodlab.methods.ugodit.evaluate import per_seed_margins
 
     keys = [f"dev/{task}/{s}" for s in DEV_SEEDS] + [f"rep/{task}/{s}" for s in SEEDS]
     keys = [k for k in keys if runs and k in runs]

@@ -16,7 +16,6 @@ after every phase, so an interrupted run still shows what was measured."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -25,22 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from methodlab.core.device import set_threads
+from methodlab.methods.ugodit.config import DEV_SEEDS, PRESETS, SEEDS
+from methodlab.methods.ugodit.evaluate import curve_at, per_seed_margins
 
 ARMS = ("ugodit", "aseqdip", "dip", "random_encoder")
 ARM_NAMES = {"ugodit": "UGoDIT", "aseqdip": "aSeqDIP", "dip": "vanilla DIP", "random_encoder": "random-encoder control"}
-DEV_SEEDS, SEEDS = (10, 11, 12), (0, 1, 2)
 CHECK_ITS = (50, 150, 400)
 MRI_LRS = (3e-4, 1e-3, 3e-3)
 TRAIN_ITERATIONS = int(os.environ.get("UGODIT_TRAIN_ITERATIONS", "800"))
 DIAG_LAMS = (0.5, 0.1)
-PRESETS = {
-    "mri": dict(task="mri_multicoil", image_size=64, n_train=4, unet_widths=[16, 32, 64, 64], lr=1e-3, test_lr=1e-3,
-                train_iterations=800, test_iterations=400, inner_steps=10, val_iterations=0, log_every=10),
-    "sr": dict(task="super_resolution", sr_scale=2, image_size=64, n_train=4, channels=32, scales=4, lam=2.0, lr=0.01,
-               test_lr=0.01, train_iterations=800, test_iterations=400, inner_steps=10, val_iterations=0, log_every=10),
-}
-PRESETS["deblur"] = {**PRESETS["sr"], "task": "deblur_nonlinear"}
-PRESETS["sr_fashion"] = {**PRESETS["sr"], "data": "fashion_mnist"}
 TRIVIAL = {"mri": "zero-filled", "sr": "bilinear", "deblur": "degraded image", "sr_fashion": "bilinear"}
 
 
@@ -72,13 +64,6 @@ def run_job(job: dict) -> dict:
     return out
 
 
-def _at(res: dict, arm: str, it: int, key: str = "psnr_ema") -> float:
-    for row in res["arms"][arm]["curve"]:
-        if row["iteration"] == it:
-            return float(row[key])
-    return math.nan
-
-
 def _run_all(jobs: list[dict], cache: dict, cache_path: Path, workers: int, log) -> None:
     todo = [j for j in jobs if j["key"] not in cache]
     if not todo:
@@ -88,12 +73,12 @@ def _run_all(jobs: list[dict], cache: dict, cache_path: Path, workers: int, log)
             cache[res["key"]] = res
             cache_path.write_text(json.dumps(cache))
             log(f"done {res['key']}: train {res['train_seconds']:.0f} s, "
-                + ", ".join(f"{a} {_at(res, a, 400):.2f}" for a in res["arms"]))
+                + ", ".join(f"{a} {curve_at(res, a, 400):.2f}" for a in res["arms"]))
 
 
 def claims(results: list[dict], task: str) -> list[dict]:
     """The four claims on the mean over seeds (PSNR of the EMA output)."""
-    m = lambda arm, it: float(np.mean([_at(r, arm, it) for r in results]))  # noqa: E731
+    m = lambda arm, it: float(np.mean([curve_at(r, arm, it) for r in results]))  # noqa: E731
     triv = float(np.mean([r["trivial_psnr"] for r in results]))
     rows = [
         ("1. transfer speeds up convergence", "PSNR_150(UGoDIT) - PSNR_150(aSeqDIP) >= +1.0 dB",
@@ -110,28 +95,20 @@ def claims(results: list[dict], task: str) -> list[dict]:
     return [{"claim": c, "bar": b, "value": v, "threshold": t, "pass": bool(v >= t)} for c, b, v, t in rows]
 
 
-def per_seed_margins(results: list[dict]) -> dict[str, list[float]]:
-    return {"1": [_at(r, "ugodit", 150) - _at(r, "aseqdip", 150) for r in results],
-            "2": [_at(r, "ugodit", 400) - _at(r, "aseqdip", 400) for r in results],
-            "3": [_at(r, "ugodit", 150) - _at(r, "random_encoder", 150) for r in results],
-            "4a": [_at(r, "ugodit", 400) - r["trivial_psnr"] for r in results],
-            "4b": [_at(r, "aseqdip", 400) - r["trivial_psnr"] for r in results]}
-
-
 def _table(results: list[dict], seeds) -> list[str]:
     head = "| seed | arm | " + " | ".join(f"PSNR@{i}" for i in CHECK_ITS) + " | " + \
         " | ".join(f"SSIM@{i}" for i in CHECK_ITS) + " | fit s |"
     lines = [head, "|" + "---|" * (3 + 2 * len(CHECK_ITS)) + ""]
     for s, r in zip(seeds, results):
         for a in ARMS:
-            lines.append(f"| {s} | {ARM_NAMES[a]} | " + " | ".join(f"{_at(r, a, i):.2f}" for i in CHECK_ITS) + " | "
-                         + " | ".join(f"{_at(r, a, i, 'ssim_ema'):.3f}" for i in CHECK_ITS)
+            lines.append(f"| {s} | {ARM_NAMES[a]} | " + " | ".join(f"{curve_at(r, a, i):.2f}" for i in CHECK_ITS) + " | "
+                         + " | ".join(f"{curve_at(r, a, i, 'ssim_ema'):.3f}" for i in CHECK_ITS)
                          + f" | {r['arms'][a]['seconds']:.1f} |")
         lines.append(f"| {s} | {'trivial'} | {r['trivial_psnr']:.2f} | | | {r['trivial_ssim']:.3f} | | | |")
     for a in ARMS:
         lines.append(f"| **mean** | {ARM_NAMES[a]} | " + " | ".join(
-            f"{np.mean([_at(r, a, i) for r in results]):.2f}" for i in CHECK_ITS) + " | " + " | ".join(
-            f"{np.mean([_at(r, a, i, 'ssim_ema') for r in results]):.3f}" for i in CHECK_ITS) + " | |")
+            f"{np.mean([curve_at(r, a, i) for r in results]):.2f}" for i in CHECK_ITS) + " | " + " | ".join(
+            f"{np.mean([curve_at(r, a, i, 'ssim_ema') for r in results]):.3f}" for i in CHECK_ITS) + " | |")
     lines.append(f"| **mean** | trivial | {np.mean([r['trivial_psnr'] for r in results]):.2f} | | | "
                  f"{np.mean([r['trivial_ssim'] for r in results]):.3f} | | | |")
     return lines
@@ -180,7 +157,7 @@ def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Pat
                 "override": {**override, "test_lr": lr}} for lr in MRI_LRS]
     _run_all(lr_jobs, cache, cache_path, workers, log)
     t_end = override.get("test_iterations", 400)
-    cal = {lr: _at(cache[j["key"]], "aseqdip", t_end) for lr, j in zip(MRI_LRS, lr_jobs)}
+    cal = {lr: curve_at(cache[j["key"]], "aseqdip", t_end) for lr, j in zip(MRI_LRS, lr_jobs)}
     mri_lr = max(cal, key=lambda k: cal[k])
     mri_over = {**override, "lr": mri_lr, "test_lr": mri_lr}
 
@@ -270,10 +247,10 @@ def write_report(out: Path, cache: dict, cal: dict, mri_lr: float, dev_seeds, se
         L += ["", "## Diagnostic: SR x2 aSeqDIP against the autoencoding weight lambda (seed "
               f"{seeds[0]}, test image; not used to choose anything)", "",
               "| lambda | PSNR@150 | PSNR@400 | PSNR@400 of the last output (no EMA) | bilinear |", "|---|---|---|---|---|",
-              f"| 2.0 (paper) | {_at(base, 'aseqdip', 150):.2f} | {_at(base, 'aseqdip', 400):.2f} | "
-              f"{_at(base, 'aseqdip', 400, 'psnr'):.2f} | {base['trivial_psnr']:.2f} |"]
-        L += [f"| {lam:g} | {_at(r, 'aseqdip', 150):.2f} | {_at(r, 'aseqdip', 400):.2f} | "
-              f"{_at(r, 'aseqdip', 400, 'psnr'):.2f} | {r['trivial_psnr']:.2f} |" for lam, r in diag]
+              f"| 2.0 (paper) | {curve_at(base, 'aseqdip', 150):.2f} | {curve_at(base, 'aseqdip', 400):.2f} | "
+              f"{curve_at(base, 'aseqdip', 400, 'psnr'):.2f} | {base['trivial_psnr']:.2f} |"]
+        L += [f"| {lam:g} | {curve_at(r, 'aseqdip', 150):.2f} | {curve_at(r, 'aseqdip', 400):.2f} | "
+              f"{curve_at(r, 'aseqdip', 400, 'psnr'):.2f} | {r['trivial_psnr']:.2f} |" for lam, r in diag]
         L += ["", "The term lambda * mse(x, z) with z initialised at the bilinear image and refreshed to the output "
               "every 10 steps keeps the reconstruction near the bilinear input within a 400-step budget; vanilla DIP "
               "(lambda 0, fixed input) is the arm that clears the bilinear baseline."]

@@ -25,10 +25,6 @@ NET_FIELDS = ("task", "channels", "scales", "skip_channels", "unet_widths")
 
 
 def _setup(cfg: Config, ctx: RunContext) -> None:
-    if ctx.world_size > 1:
-        raise ConfigError("multi-worker data-parallel training does not apply to ugodit: training sees M <= 8 "
-                          "measurements, each with its own decoder, and a reconstruction fits one measurement; "
-                          "use scaling.num_workers: 1 (parallelism comes from Tune trials)", field="scaling.num_workers")
     ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
 

@@ -19,6 +19,11 @@ SPEC = MethodSpec(
         "make_dataset": f"{_PKG}.make_dataset:fit_make_dataset",
     },
     family="rl",
+    single_worker_settings={
+        "make_dataset": "the dataset generator is one reference SAC run whose replay and snapshot policies become the "
+                        "files: the unit of work is the whole run (every rank would repeat it with the same seed and "
+                        "write the same files); run it on one worker, and seeds or envs side by side as separate jobs",
+    },
     precisions=("fp32",),
     precision_note="Q and V regress discounted returns of order 1e2-1e3 (Pendulum, MuJoCo): a bf16 forward rounds "
                    "their outputs to steps of 1-4 (fp16: 0.25-0.5), the size of the TD errors being learned; "

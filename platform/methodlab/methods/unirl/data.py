@@ -54,8 +54,12 @@ class Replay:
         self.pos = self.n_fixed + (self.pos + 1 - self.n_fixed) % (self.capacity - self.n_fixed)
         self.size = min(self.size + 1, self.capacity)
 
-    def sample(self, batch: int, generator: torch.Generator):
+    def sample(self, batch: int, generator: torch.Generator, shard=None):
+        """`batch` rows drawn by `generator`; `shard` (ctx.shard in a run): this rank's part of them (all of them
+        on one worker)."""
         idx = torch.randint(self.size, (batch,), generator=generator, device=self.device)
+        if shard is not None:
+            idx = shard(idx)
         return self.obs[idx], self.act[idx], self.rew[idx], self.next_obs[idx], self.term[idx]
 
     # --- checkpoint: the online part only, as .npz (read back with allow_pickle=False) -------------

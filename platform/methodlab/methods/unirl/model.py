@@ -125,15 +125,22 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
 EQL_CLAMP = 5.0
 
 
-def value_loss(u: torch.Tensor, v: torch.Tensor, alpha: float, alg: str) -> torch.Tensor:
+def eql_shift(u: torch.Tensor, alpha: float) -> torch.Tensor:
+    """EQL's stabilising shift m = stopgrad(max(max_batch min(u/alpha, 5), -1)) of a (shard of a) batch."""
+    return torch.clamp(torch.clamp(u / alpha, max=EQL_CLAMP).max(), min=-1.0).detach()
+
+
+def value_loss(u: torch.Tensor, v: torch.Tensor, alpha: float, alg: str, m: torch.Tensor | None = None) -> torch.Tensor:
     """u = Qbar(s, a_ref) - V(s) (grad through V only), v = V(s).
     SQL: mean(1[z>0] z^2 + V/alpha), z = 1 + u/(2 alpha).
-    EQL: mean(exp(z - m) + exp(-m) V/alpha), z = min(u/alpha, 5), m = stopgrad(max(max_batch z, -1))."""
+    EQL: mean(exp(z - m) + exp(-m) V/alpha), z = min(u/alpha, 5), m = stopgrad(max(max_batch z, -1)); `m` given:
+    the whole batch's shift (data parallel: the max over every rank's shard), else this batch's own."""
     if alg == "SQL":
         z = 1.0 + u / (2.0 * alpha)
         return ((z > 0).float() * z.pow(2) + v / alpha).mean()
     z = torch.clamp(u / alpha, max=EQL_CLAMP)
-    m = torch.clamp(z.max(), min=-1.0).detach()
+    if m is None:
+        m = torch.clamp(z.max(), min=-1.0).detach()
     return (torch.exp(z - m) + torch.exp(-m) * v / alpha).mean()
 
 

@@ -50,14 +50,47 @@ def _broadcast(metrics: dict, ctx: RunContext) -> dict:
     return metrics if ctx.is_main else dict(zip(keys, t.tolist()))
 
 
+def _train_means(sums: dict, n_updates: int, ctx: RunContext) -> dict:
+    """The window's mean of every update statistic; data parallel: their mean over the ranks (the learner weights
+    each shard's means by its share of the global batch, so this is the global batch's value), one float32
+    all-reduce on ctx.device. Every rank holds the same keys and update count (the same steps update)."""
+    if not sums:
+        return {}
+    n = max(n_updates, 1)
+    if ctx.world_size == 1:
+        return {f"train/{k}": float(v) / n for k, v in sums.items()}
+    keys = list(sums)
+    t = ctx.all_reduce(torch.stack([torch.as_tensor(sums[k], device=ctx.device).float().reshape(())
+                                    for k in keys]), op="mean")
+    return {f"train/{k}": v / n for k, v in zip(keys, t.tolist())}
+
+
+def _episode_return(returns: list[float], ctx: RunContext) -> float | None:
+    """Mean return of the episodes finished in the window; data parallel: over every rank's episodes (one
+    float32 all-reduce of the sum and count, on every rank at every report of an online run)."""
+    if ctx.world_size == 1:
+        return float(np.mean(returns)) if returns else None
+    t = ctx.all_reduce(torch.tensor([float(np.sum(returns)) if returns else 0.0, float(len(returns))],
+                                    dtype=torch.float32, device=ctx.device), op="sum").tolist()
+    return t[0] / t[1] if t[1] else None
+
+
 def fit(cfg: Config, ctx: RunContext) -> dict:
     ctx.limit_threads(cfg.torch_threads)  # a config may narrow the job's threads, never widen them
     seed_everything(cfg.seed)  # identical initial networks (and target / reference copies) on every rank
     obs_dim, low, high = env_spaces(cfg.env)
     act_dim = len(low)
     learner = Learner(cfg, obs_dim, act_dim, ctx)  # networks, log_alpha and the sampling generator on ctx.device
-    torch.manual_seed(cfg.seed * 1000 + ctx.rank)  # each DDP rank samples its own batches and env episodes
+    # Data parallel. Offline steps: every rank draws the same global batch from the same dataset with a common,
+    # rank-independent generator (the 1-worker seed) and trains on its shard (ctx.shard), so the offline phase
+    # follows the 1-worker trajectory. Online steps: each rank runs its own env episodes, exploration and replay
+    # with rank-dependent seeds (independent experience, as more actors collecting it: legitimate for RL) and
+    # trains on its shard of a batch_size draw from its own replay, so the samples per gradient step add up to
+    # batch_size. On one worker both streams are the one generator seeded seed * 1000, as before.
+    torch.manual_seed(cfg.seed * 1000 + ctx.rank)
     learner.generator.manual_seed(cfg.seed * 1000 + ctx.rank)
+    if ctx.world_size > 1:
+        learner.batch_generator = ctx.generator(cfg.seed * 1000)
 
     # --- data on ctx.device: dataset rows first (offline, o2o), then online transitions --------------
     data = offline_data(cfg, progress=ctx.progress) if cfg.regime != "online" else None
@@ -88,6 +121,11 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         rng.bit_generator.state = ck.state["numpy_rng"]
         if online_from is not None and step > online_from:
             buf.load(Path(ctx.checkpoint) / "replay.npz")
+        if ctx.world_size > 1:  # the checkpoint holds rank 0's streams (and its replay): the other ranks' online
+            # streams go on independent of rank 0's, reseeded by rank and step (the offline batch stream is common)
+            learner.generator.manual_seed(cfg.seed * 1000 + ctx.rank + 104_729 * step)
+            torch.manual_seed(cfg.seed * 1000 + ctx.rank + 104_729 * step)
+            rng = np.random.default_rng([cfg.seed * 1000 + ctx.rank, step])
     ctx.history[:] = history
 
     def writer(final: bool):
@@ -137,7 +175,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
                 update_credit += cfg.updates_per_env_step
                 while update_credit >= 1.0:
                     update_credit -= 1.0
-                    out = learner.update(buf.sample(cfg.batch_size, learner.generator), use_pi_ref)
+                    out = learner.update(buf.sample(cfg.batch_size, learner.generator, ctx.shard), use_pi_ref)
                     if use_pi_ref:
                         learner.refresh_reference()
                     n_updates += 1
@@ -146,7 +184,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         else:
             if cfg.regime == "offline" and cfg.actor_cosine:  # IVR: cosine decay of the actor lr to 0
                 learner.set_actor_lr(cfg.lr * 0.5 * (1.0 + math.cos(math.pi * step / cfg.max_steps)))
-            out = learner.update(buf.sample(cfg.batch_size, learner.generator), use_pi_ref=False)
+            out = learner.update(buf.sample(cfg.batch_size, learner.batch_generator, ctx.shard), use_pi_ref=False)
             n_updates += 1
             for k, v in out.items():
                 sums[k] = sums.get(k, 0.0) + v
@@ -161,9 +199,10 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
                        "eval/normalized_score_last3": float(np.mean(scores[-3:])),
                        "actor/log_std_mean": learner.actor_log_std_mean(),
                        "time/steps_per_s": (step - step0) / max(time.time() - t0, 1e-9)}
-            metrics.update({f"train/{k}": float(v) / max(n_updates, 1) for k, v in sums.items()})
-            if episode_returns:
-                metrics["train/episode_return"] = float(np.mean(episode_returns))
+            metrics.update(_train_means(sums, n_updates, ctx))
+            ep = _episode_return(episode_returns, ctx) if online_from is not None else None
+            if ep is not None:
+                metrics["train/episode_return"] = ep
             done = step >= cfg.total_steps
             save = done or step % cfg.checkpoint_every == 0
             ctx.report(metrics, checkpoint=writer(done) if save else None)

@@ -73,17 +73,29 @@ def local_softargmax(score: torch.Tensor, centers: torch.Tensor, r: int, temp: f
     return (vals.softmax(-1)[..., None] * coords).sum(-2)
 
 
-def keyness_window_loss(k: torch.Tensor, kps: torch.Tensor, vis: torch.Tensor, r: int, gen: torch.Generator):
+def window_shifts(shape, r: int, gen: torch.Generator) -> torch.Tensor:
+    """The random window offsets of keyness_window_loss for keypoints of `shape` (B, K, 2), drawn by `gen` on its
+    own device (the host sampler): the draw keyness_window_loss makes when it is given no `shift`."""
+    half = (r - 1) // 2
+    return torch.randint(-half, half + 1, tuple(shape), generator=gen, device=gen.device)
+
+
+def keyness_window_loss(k: torch.Tensor, kps: torch.Tensor, vis: torch.Tensor, r: int, gen: torch.Generator | None,
+                        shift: torch.Tensor | None = None, denom=None):
     """L_key: for each visible keypoint, an r x r window (cells) placed with a random offset that contains the
     keypoint's cell; cross-entropy of the keyness logits over the window's in-map cells with the keypoint's cell
     as target. k (B, H, W); kps (B, K, 2) cells; vis (B, K) bool. Returns (loss, n visible as a 0-d tensor).
-    The shifts come from `gen` on its own device (host sampler) and are copied to k's device."""
+    The shifts come from `gen` on its own device (host sampler) and are copied to k's device; or `shift` (B, K, 2),
+    drawn before by window_shifts. denom: the loss is the sum over this batch's visible keypoints / denom (a
+    rank's part of a larger batch's mean) instead of their mean."""
     b, h, w = k.shape
     cell = kps.round().long()
     cell[..., 0].clamp_(0, w - 1)
     cell[..., 1].clamp_(0, h - 1)
     half = (r - 1) // 2
-    shift = torch.randint(-half, half + 1, cell.shape, generator=gen, device=gen.device).to(k.device, non_blocking=True)
+    if shift is None:
+        shift = window_shifts(cell.shape, r, gen)
+    shift = shift.to(k.device, non_blocking=True)
     center = cell + shift  # the keypoint lies at offset -shift from the window centre: inside
     idx, valid, _ = window_cells(center, r, h, w)
     vals = torch.gather(k.reshape(b, 1, -1).expand(b, idx.shape[1], h * w), 2, idx)
@@ -93,13 +105,16 @@ def keyness_window_loss(k: torch.Tensor, kps: torch.Tensor, vis: torch.Tensor, r
     n = m.sum()
     if n == 0:
         return k.sum() * 0, n
+    if denom is not None:
+        return F.cross_entropy(vals.reshape(-1, r * r)[m], target_pos.reshape(-1)[m], reduction="sum") / denom, n
     loss = F.cross_entropy(vals.reshape(-1, r * r)[m], target_pos.reshape(-1)[m])
     return loss, n
 
 
-def corr_infonce(desc_i: torch.Tensor, desc_j: torch.Tensor, kp_i, kp_j, both, tau: float):
+def corr_infonce(desc_i: torch.Tensor, desc_j: torch.Tensor, kp_i, kp_j, both, tau: float, denom=None):
     """L_corr: InfoNCE over all cells of J for each keypoint of I (descriptor at p_j^I bilinear; the target is the
-    cell of p_j^J), symmetric. desc (B, D, H, W) normalised; kp (B, K, 2) cells; both (B, K) bool."""
+    cell of p_j^J), symmetric. desc (B, D, H, W) normalised; kp (B, K, 2) cells; both (B, K) bool. denom: sums over
+    this batch's keypoints / denom (a rank's part of a larger batch's mean) instead of means."""
     b, d, h, w = desc_i.shape
     if both.sum() == 0:
         return desc_i.sum() * 0
@@ -109,6 +124,8 @@ def corr_infonce(desc_i: torch.Tensor, desc_j: torch.Tensor, kp_i, kp_j, both, t
         logits = torch.einsum("bkd,bdn->bkn", q, db.reshape(b, d, -1)) / tau
         cell = kb.round().long()
         tgt = cell[..., 1].clamp(0, h - 1) * w + cell[..., 0].clamp(0, w - 1)
+        if denom is not None:
+            return F.cross_entropy(logits[both], tgt[both], reduction="sum") / denom
         return F.cross_entropy(logits[both], tgt[both])
 
     return 0.5 * (one(desc_i, desc_j, kp_i, kp_j) + one(desc_j, desc_i, kp_j, kp_i))
@@ -127,11 +144,79 @@ def corr_local_target(desc_a, desc_b, pa, pb_center, r: int, tau: float):
     return (vals.softmax(-1)[..., None] * coords).sum(-2)
 
 
-def corr_transfer_loss(p_i, p_j, v_j, u_i, wgt, mask):
-    """L_ct = sum_j w_j (||p_j^J - sg(v_j)||_1 + ||p_j^I - sg(u_j)||_1) / #gated (symmetric)."""
-    n = mask.sum().clamp(min=1)
+def corr_transfer_loss(p_i, p_j, v_j, u_i, wgt, mask, n=None):
+    """L_ct = sum_j w_j (||p_j^J - sg(v_j)||_1 + ||p_j^I - sg(u_j)||_1) / #gated (symmetric); n: the count to
+    divide by when the batch is a rank's part of a larger one (its #gated), else this batch's."""
+    n = mask.sum().clamp(min=1) if n is None else n
     l = (p_j - v_j.detach()).abs().sum(-1) + (p_i - u_i.detach()).abs().sum(-1)
     return (wgt.detach() * l * mask).sum() / n
+
+
+class _RankSum(torch.autograd.Function):
+    """Sum over the ranks (ctx.all_reduce) whose gradient is the sum over the ranks of the incoming gradients: the
+    differentiable collective of a batch statistic shared by all ranks."""
+
+    @staticmethod
+    def forward(fctx, t, run_ctx):
+        fctx.run_ctx = run_ctx
+        return run_ctx.all_reduce(t.detach().clone(), op="sum")
+
+    @staticmethod
+    def backward(fctx, g):
+        return fctx.run_ctx.all_reduce(g.detach().clone(), op="sum"), None
+
+
+class RankSyncedBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d whose training statistics are those of the whole global batch, all ranks' images together
+    (what SyncBatchNorm does, through the run's ctx.all_reduce: any device, no DDP): two collectives forward (the
+    sum and count, then the centred sum of squares) and two backward. Each rank's forward, and the sum of the ranks'
+    gradients, are then those of one worker's whole batch; the running statistics are the same on every rank.
+    In eval mode (or on one worker) it is the plain BatchNorm2d."""
+
+    run_ctx = None  # the RunContext, set by sync_batchnorm
+
+    def forward(self, x):
+        ctx = self.run_ctx
+        if not self.training or ctx is None or ctx.world_size <= 1:
+            return super().forward(x)
+        return self._synced(x, ctx)
+
+    @torch.compiler.disable  # collectives inside: run eagerly (a graph break) under a compiled backbone
+    def _synced(self, x, ctx):
+        xf = x.float()
+        c = xf.shape[1]
+        head = _RankSum.apply(torch.cat([xf.sum((0, 2, 3)), xf.new_full((1,), xf.numel() / max(c, 1))]), ctx)
+        n = head[-1].detach()
+        mean = head[:-1] / n
+        d = xf - mean.view(1, c, 1, 1)
+        var = _RankSum.apply((d * d).sum((0, 2, 3)), ctx) / n  # two-pass: no cancellation
+        y = d * torch.rsqrt(var + self.eps).view(1, c, 1, 1)
+        if self.affine:
+            y = y * self.weight.view(1, c, 1, 1) + self.bias.view(1, c, 1, 1)
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+                self.running_mean.mul_(1 - m).add_(mean.detach(), alpha=m)
+                self.running_var.mul_(1 - m).add_(var.detach() * (n / (n - 1).clamp(min=1)), alpha=m)
+        return y.to(x.dtype)
+
+
+def sync_batchnorm(module: nn.Module, run_ctx) -> nn.Module:
+    """Every BatchNorm2d of `module` as a RankSyncedBatchNorm2d on `run_ctx` (same parameters, buffers and
+    state_dict names), in place; call before an optimiser is built over the parameters."""
+    for name, child in module.named_children():
+        if type(child) is nn.BatchNorm2d:
+            dev = next(iter([*child.parameters(), *child.buffers()])).device
+            new = RankSyncedBatchNorm2d(child.num_features, child.eps, child.momentum, child.affine,
+                                        child.track_running_stats, device=dev)
+            new.load_state_dict(child.state_dict())
+            new.train(child.training)
+            new.run_ctx = run_ctx
+            setattr(module, name, new)
+        else:
+            sync_batchnorm(child, run_ctx)
+    return module
 
 
 class Block(nn.Module):
@@ -226,8 +311,9 @@ class KeypointNet(nn.Module):
 
 
 def pose_loss(logits: torch.Tensor, pos_cells: torch.Tensor, tgt_cells: torch.Tensor, mask: torch.Tensor, h: int, w: int,
-              sigma: float):
-    """L_pose: CE of the heatmap against a Gaussian (sigma cells) at the target + L1 of the soft-argmax (cells)."""
+              sigma: float, denom=None):
+    """L_pose: CE of the heatmap against a Gaussian (sigma cells) at the target + L1 of the soft-argmax (cells),
+    averaged over the masked keypoints (or summed over them / denom: a rank's part of a larger batch's mean)."""
     if mask.sum() == 0:
         return logits.sum() * 0
     g = cell_grid(h, w, logits.device)
@@ -235,7 +321,7 @@ def pose_loss(logits: torch.Tensor, pos_cells: torch.Tensor, tgt_cells: torch.Te
     target = torch.softmax(-d2 / (2 * sigma ** 2), -1)
     ce = -(target * logits.log_softmax(-1)).sum(-1)
     l1 = (pos_cells - tgt_cells).abs().sum(-1)
-    return ((ce + l1) * mask).sum() / mask.sum()
+    return ((ce + l1) * mask).sum() / (mask.sum() if denom is None else denom)
 
 
 def keyness_peaks(k: torch.Tensor, n: int, nms: int = 2) -> torch.Tensor:

@@ -6,11 +6,17 @@ one novel class with the class's support (labelled 1-shot, or a keyness pseudo-s
 pseudo labels p_hat, c from the EMA teacher, refreshed every `pseudo_refresh_every` steps;
 transfer: lambda_kt L_kt + lambda_ct (L_ct + L_cs); naive: L_st on the raw gated pseudo labels.
 Stage "eval" trains nothing (the base-only baseline is a stage-1 checkpoint evaluated here).
-Novel labels are behind the data guard for the whole training loop. With world_size > 1 each rank draws its own
-episodes and pseudo-labels its shard of novel images; gradients and the BatchNorm running statistics are averaged
-over ranks after every step (ctx.all_reduce, float32 on ctx.device; the role SyncBatchNorm has in the spec: it works
-at every device and needs no DDP, which would not see the parts features / match / heads the losses call), so every
-rank holds the same weights and EMA teacher.
+Novel labels are behind the data guard for the whole training loop.
+
+Data parallel (world_size > 1): every rank draws the same global step (base pairs, window shifts, novel pairs: one
+host sampler seeded as on one worker) and takes its pairs with ctx.shard; each loss term is the rank's part of the
+whole step's mean (its keypoints' sum over the step's count, known from the labels and pseudo labels every rank
+holds), so the ranks' parts add up to the 1-worker loss. BatchNorm is synchronised (RankSyncedBatchNorm2d: the
+whole step's batch statistics through ctx.all_reduce, the role SyncBatchNorm has in the spec, on any device), so
+each rank's forward is that of the whole batch. Pseudo labels are predicted by each rank for its shard of the novel
+images and summed into the whole set. Gradients are averaged with ctx.average_gradients after every step (no DDP:
+it would not see the parts features / match / heads the losses call), so every rank holds the same weights,
+BatchNorm statistics and EMA teacher, and the run follows the 1-worker trajectory up to float summation order.
 
 Devices and precision: the network, the EMA teacher, the data pool (images, keypoints), supports and pseudo labels
 live on ctx.device. Episodes (classes, image pairs, window shifts) are drawn by a host torch.Generator and copied to
@@ -27,14 +33,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from methodlab.core import CheckpointError, RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.core import CheckpointError, ConfigError, RunContext, load_checkpoint, save_checkpoint, seed_everything
 from methodlab.core.checkpoint import latest_checkpoint
 from methodlab.methods.weakshot_keypoint.config import Config
 from methodlab.methods.weakshot_keypoint.data import KPData, build_data
 from methodlab.methods.weakshot_keypoint.evaluate import evaluate, fit_assignment, predict
 from methodlab.methods.weakshot_keypoint.model import (KeypointNet, cells_to_px, corr_infonce, corr_local_target,
                                                        corr_transfer_loss, keyness_peaks, keyness_window_loss,
-                                                       local_softargmax, pose_loss, px_to_cells, sample_at)
+                                                       local_softargmax, pose_loss, px_to_cells, sample_at,
+                                                       sync_batchnorm, window_shifts)
 
 SLUG = "weakshot_keypoint"
 
@@ -121,8 +128,8 @@ def run_eval(cfg: Config, net, data, supports) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- episodes
-def base_episode(data: KPData, by_class: dict, n: int, gen: torch.Generator):
-    """n (support, query) pairs of base classes, drawn on the host by `gen`; images and labels on the pool's device."""
+def base_pairs(by_class: dict, n: int, gen: torch.Generator) -> torch.Tensor:
+    """n (support, query) image-index pairs of base classes (n, 2), drawn on the host by `gen`."""
     classes = list(by_class)
     cs = torch.randint(len(classes), (n,), generator=gen, device="cpu")
     s_idx, q_idx = [], []
@@ -131,17 +138,45 @@ def base_episode(data: KPData, by_class: dict, n: int, gen: torch.Generator):
         a, b = torch.randperm(len(pool), generator=gen, device="cpu")[:2].tolist()
         s_idx.append(int(pool[a]))
         q_idx.append(int(pool[b]))
-    s_idx, q_idx = torch.tensor(s_idx, device="cpu"), torch.tensor(q_idx, device="cpu")
+    return torch.stack([torch.tensor(s_idx, device="cpu"), torch.tensor(q_idx, device="cpu")], 1)
+
+
+def base_episode(data: KPData, by_class: dict, n: int, gen: torch.Generator):
+    """n (support, query) pairs of base classes, drawn on the host by `gen`; images and labels on the pool's device."""
+    pairs = base_pairs(by_class, n, gen)
+    s_idx, q_idx = pairs[:, 0], pairs[:, 1]
     s_kps, s_vis, _ = data.labels(s_idx)
     q_kps, q_vis, _ = data.labels(q_idx)
     return data.take(s_idx), s_kps, s_vis, data.take(q_idx), q_kps, q_vis
 
 
-def base_losses(cfg: Config, net: KeypointNet, ep, gen, amp=contextlib.nullcontext):
+def base_step(cfg: Config, net: KeypointNet, data: KPData, by_class: dict, gen, ctx: RunContext):
+    """The base part of a training step: the global episode (batch_pairs pairs and their keyness window shifts,
+    drawn by `gen`: the same on every rank, and the same draws as base_episode + base_losses on one worker), this
+    rank's pairs of it (ctx.shard) and their losses: the whole episode's on one worker, this rank's part of its
+    means with several (see the module doc)."""
+    pairs = base_pairs(by_class, cfg.batch_pairs, gen)
+    n = len(pairs)
+    s_kps, s_vis, _ = data.labels(pairs[:, 0])
+    q_kps, q_vis, _ = data.labels(pairs[:, 1])
+    shift = window_shifts((2 * n,) + tuple(s_kps.shape[1:]), cfg.window, gen)  # drawn for the whole episode
+    denom = None
+    if ctx.world_size > 1:  # the whole episode's counts: this rank's terms are its keypoints' sums over them
+        both = (s_vis & q_vis).sum().clamp(min=1)
+        denom = {"pose": both.float(), "key": (s_vis.sum() + q_vis.sum()).clamp(min=1), "corr": both}
+    pairs, s_kps, s_vis, q_kps, q_vis, sh_s, sh_q = ctx.shard(pairs, s_kps, s_vis, q_kps, q_vis, shift[:n], shift[n:])
+    ep = data.take(pairs[:, 0]), s_kps, s_vis, data.take(pairs[:, 1]), q_kps, q_vis
+    return base_losses(cfg, net, ep, gen, ctx.autocast, shift=torch.cat([sh_s, sh_q]), denom=denom)
+
+
+def base_losses(cfg: Config, net: KeypointNet, ep, gen, amp=contextlib.nullcontext, shift=None, denom=None):
     """L_pose + w_key L_key + w_corr L_corr of a base episode; the parts are detached device tensors. The network
-    runs under `amp()` (ctx.autocast); decoding and losses in float32."""
+    runs under `amp()` (ctx.autocast); decoding and losses in float32. shift: the keyness window shifts (drawn
+    from `gen` here when None); denom: {"pose", "key", "corr"} counts of a larger batch this episode is a rank's
+    part of (each term is then its sum over them), None: the episode's own means."""
     s_img, s_kps, s_vis, q_img, q_kps, q_vis = ep
     n = len(s_img)
+    denom = denom or {}
     with amp():
         f = net.features(torch.cat([s_img, q_img]))
         logits = net.match(f[:n], s_kps, s_vis, f[n:])
@@ -151,27 +186,41 @@ def base_losses(cfg: Config, net: KeypointNet, ep, gen, amp=contextlib.nullconte
     pos, _ = net.decode(logits, h, w)
     both = s_vis & q_vis
     q_c, s_c = px_to_cells(q_kps, net.stride), px_to_cells(s_kps, net.stride)
-    l_pose = pose_loss(logits, pos, q_c, both.float(), h, w, cfg.heatmap_sigma)
-    l_key, _ = keyness_window_loss(k, torch.cat([s_c, q_c]), torch.cat([s_vis, q_vis]), cfg.window, gen)
-    l_corr = corr_infonce(desc[:n], desc[n:], s_c, q_c, both, cfg.tau_c)
+    l_pose = pose_loss(logits, pos, q_c, both.float(), h, w, cfg.heatmap_sigma, denom=denom.get("pose"))
+    l_key, _ = keyness_window_loss(k, torch.cat([s_c, q_c]), torch.cat([s_vis, q_vis]), cfg.window, gen,
+                                   shift=shift, denom=denom.get("key"))
+    l_corr = corr_infonce(desc[:n], desc[n:], s_c, q_c, both, cfg.tau_c, denom=denom.get("corr"))
     loss = l_pose + cfg.w_key * l_key + cfg.w_corr * l_corr
     return loss, {"train/l_pose": l_pose.detach(), "train/l_key": l_key.detach(), "train/l_corr": l_corr.detach()}
 
 
 @torch.no_grad()
-def refresh_pseudo(teacher, data, supports, rank: int, world: int) -> dict:
-    """EMA-teacher pseudo labels of this rank's shard of novel_train images: class -> (idx, p_hat cells, conf)."""
+def refresh_pseudo(teacher, data, supports, ctx: RunContext | None = None) -> dict:
+    """EMA-teacher pseudo labels of the novel_train images: class -> (idx, p_hat cells, conf). With several ranks
+    each predicts its shard of the images (ctx.shard; the teacher is the same on every rank and predicts each image
+    on its own, in eval mode) and the shards are summed into the whole set (one collective per class)."""
     out = {}
     for c in data.novel_classes:
-        idx = data.index("novel_train", c)[rank::world]
-        pos_px, conf = predict(teacher, data, idx, supports[c])
+        idx = data.index("novel_train", c)
+        mine, at = ctx.shard(idx, torch.arange(len(idx), device=idx.device)) if ctx is not None else (idx, None)
+        pos_px, conf = predict(teacher, data, mine, supports[c])
+        if ctx is not None and ctx.world_size > 1:
+            k = conf.shape[1]
+            full = conf.new_zeros(len(idx), 3 * k)  # [x, y] per keypoint, then the confidences; zeros elsewhere
+            full[at.to(full.device)] = torch.cat([pos_px.reshape(len(mine), 2 * k), conf], 1).float()
+            full = ctx.all_reduce(full, op="sum")  # every rank's rows: the whole set
+            pos_px, conf = full[:, :2 * k].reshape(len(idx), k, 2), full[:, 2 * k:]
         out[c] = (idx, px_to_cells(pos_px, teacher.stride), conf)
     return out
 
 
-def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs: int, gen, amp=contextlib.nullcontext):
+def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs: int, gen, amp=contextlib.nullcontext,
+                 ctx: RunContext | None = None):
     """Stage-2 loss on n_pairs novel (I, J) pairs drawn on the host by `gen`; parts are detached device tensors.
-    The network runs under `amp()` (ctx.autocast); decoding and losses in float32."""
+    The network runs under `amp()` (ctx.autocast); decoding and losses in float32. With a ctx the pairs are the
+    global step's and this rank takes its share (ctx.shard): every term is its gated keypoints' sum over the whole
+    step's count (the gates come from the pseudo labels every rank holds), so the ranks' parts add up to the
+    1-worker loss; train/gate_frac is the whole step's on every rank."""
     classes = list(pseudo)
     cs = [classes[i] for i in torch.randint(len(classes), (n_pairs,), generator=gen, device="cpu").tolist()]
     k_max = max(data.k_of_class[c] for c in classes)
@@ -198,7 +247,18 @@ def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs:
     ii, jj = torch.stack(ii), torch.stack(jj)
     phi, phj, ci, cj = torch.stack(phi), torch.stack(phj), torch.stack(ci), torch.stack(cj)
     sup_img, sup_kps, sup_val, kmask = torch.stack(sup_img), torch.stack(sup_kps), torch.stack(sup_val), torch.stack(kmask)
-    n = len(cs)
+    # the whole step's gates and counts (the denominators of every term), before this rank takes its pairs
+    gi = (ci >= cfg.conf_threshold) & kmask & sup_val
+    gj = (cj >= cfg.conf_threshold) & kmask & sup_val
+    gate_frac = (torch.cat([gi, gj]).float().sum() / kmask.float().sum().clamp(min=1) / 2).detach()
+    n_gated = (gi.sum() + gj.sum()).clamp(min=1)
+    both_all = gi & gj
+    n_both, n_both_f = both_all.sum().clamp(min=1), both_all.float().sum().clamp(min=1)
+    if ctx is not None:
+        ij, phi, phj, ci, cj, sup_img, sup_kps, sup_val, kmask = ctx.shard(
+            torch.stack([ii, jj], 1), phi, phj, ci, cj, sup_img, sup_kps, sup_val, kmask)
+        ii, jj = ij[:, 0], ij[:, 1]
+    n = len(ii)
     naive = cfg.stage2_mode == "naive"
     with amp():
         f = net.features(torch.cat([data.take(ii), data.take(jj), sup_img]))
@@ -211,13 +271,13 @@ def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs:
     h, w = f.shape[-2:]
     p_i, _ = net.decode(logits_i.float(), h, w)
     p_j, _ = net.decode(logits_j.float(), h, w)
-    gi = (ci >= cfg.conf_threshold) & kmask & sup_val
+    gi = (ci >= cfg.conf_threshold) & kmask & sup_val  # this rank's pairs' gates
     gj = (cj >= cfg.conf_threshold) & kmask & sup_val
-    parts = {"train/gate_frac": (torch.cat([gi, gj]).float().sum() / kmask.float().sum().clamp(min=1) / 2).detach()}
+    parts = {"train/gate_frac": gate_frac}
     zero = f.float().sum() * 0
     if naive:
         l_st = ((ci * (p_i - phi).abs().sum(-1) * gi).sum() + (cj * (p_j - phj).abs().sum(-1) * gj).sum()) \
-            / (gi.sum() + gj.sum()).clamp(min=1)
+            / n_gated
         parts["train/l_st"] = l_st.detach()
         return l_st, parts
     loss = zero
@@ -226,7 +286,7 @@ def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs:
         q_i = local_softargmax(k[:n], phi, cfg.window, cfg.keyness_temp)
         q_j = local_softargmax(k[n:], phj, cfg.window, cfg.keyness_temp)
         l_kt = ((ci * (p_i - q_i).abs().sum(-1) * gi).sum() + (cj * (p_j - q_j).abs().sum(-1) * gj).sum()) \
-            / (gi.sum() + gj.sum()).clamp(min=1)
+            / n_gated
         loss = loss + cfg.lambda_kt * l_kt
         parts["train/l_kt"] = l_kt.detach()
     if cfg.lambda_ct > 0:
@@ -236,11 +296,11 @@ def novel_losses(cfg: Config, net: KeypointNet, data, supports, pseudo, n_pairs:
         s_hat = (F.normalize(sample_at(d_i, phi), dim=-1) * F.normalize(sample_at(d_j, phj), dim=-1)).sum(-1).clamp(min=0)
         wgt = ci * cj * s_hat
         both = gi & gj
-        l_ct = corr_transfer_loss(p_i, p_j, v_j, u_i, wgt, both.float())
+        l_ct = corr_transfer_loss(p_i, p_j, v_j, u_i, wgt, both.float(), n=n_both_f)
         l_corr = l_ct
         if cfg.cs_term:
             s = 0.5 * (1 + (F.normalize(sample_at(d_i, p_i), dim=-1) * F.normalize(sample_at(d_j, p_j), dim=-1)).sum(-1))
-            l_cs = -(wgt * s.clamp(min=1e-6).log() * both).sum() / both.sum().clamp(min=1)
+            l_cs = -(wgt * s.clamp(min=1e-6).log() * both).sum() / n_both
             l_corr = l_corr + l_cs
             parts["train/l_cs"] = l_cs.detach()
         loss = loss + cfg.lambda_ct * l_corr
@@ -256,21 +316,29 @@ def ema_update(teacher, student, decay: float):
         bt.copy_(bs)
 
 
-def _allreduce_grads(net, ctx: RunContext):
-    """Average gradients over ranks (and, without SyncBatchNorm, the BatchNorm running statistics) so every rank
-    takes the same step and the EMA teachers stay identical (float32 tensors on ctx.device)."""
+def _average(net, ctx: RunContext):
+    """Average gradients over ranks (one float32 bucket on ctx.device) so every rank takes the same step and the
+    EMA teachers stay identical (the BatchNorm running statistics are the same on every rank already: synchronised
+    BatchNorm). A parameter without a gradient on a rank takes part with zeros, so every rank reduces the same set."""
     for p in net.parameters():
-        if p.grad is not None:
-            ctx.all_reduce(p.grad, op="mean")
-    for name, b in net.named_buffers():
-        if b.is_floating_point() and ("running_mean" in name or "running_var" in name):
-            ctx.all_reduce(b, op="mean")
+        if p.grad is None and p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    ctx.average_gradients([p for p in net.parameters() if p.requires_grad])
 
 
-def _broadcast_params(net, ctx: RunContext):
-    """Rank 0's parameters and floating-point buffers on every rank."""
-    for t in list(net.parameters()) + [b for b in net.buffers() if b.is_floating_point()]:
-        ctx.broadcast(t.data, 0)
+# the parts that are the whole step's on every rank already (not a rank's share to be summed)
+_WHOLE_STEP = frozenset({"train/gate_frac"})
+
+
+def _global(values: dict, ctx: RunContext) -> dict:
+    """The whole global step's values from the ranks' shares (their sum, one collective); as given on one worker."""
+    if ctx.world_size <= 1:
+        return values
+    keys = [k for k in values if k not in _WHOLE_STEP and isinstance(values[k], torch.Tensor)]
+    if not keys:
+        return values
+    total = ctx.all_reduce(torch.stack([values[k].detach().float().reshape(()).to(ctx.device) for k in keys]), op="sum")
+    return {**values, **dict(zip(keys, total.unbind()))}
 
 
 # ------------------------------------------------------------------------------------------- fit
@@ -296,14 +364,21 @@ def supports_from_weights(weights: dict, device=None) -> dict:
 
 def fit(cfg: Config, ctx: RunContext) -> dict:
     ctx.limit_threads(cfg.torch_threads)
-    seed_everything(cfg.seed)  # the same initial weights on every rank; episodes differ through `gen`
+    seed_everything(cfg.seed)  # the same initial weights on every rank (and rank 0's broadcast below)
     t0 = time.perf_counter()
     data = build_data(cfg).to(ctx.device)  # the data pool on the device (bookkeeping on the host)
     t_data = time.perf_counter() - t0
     with ctx.init_module():
         net = build_net(cfg)
-    world, rank = max(1, ctx.world_size), ctx.rank
-    gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7919 + rank)  # host episode sampler (module doc)
+    if ctx.world_size > 1:  # the whole step's BatchNorm statistics on every rank (before any optimiser exists)
+        sync_batchnorm(net, ctx)
+    world = max(1, ctx.world_size)
+    if world > 1 and min(cfg.batch_pairs, cfg.novel_pairs if cfg.stage in ("both", "transfer") else world) < world:
+        raise ConfigError(f"batch_pairs ({cfg.batch_pairs}) and novel_pairs ({cfg.novel_pairs}) must be at least "
+                          f"num_workers ({world}): each rank trains on its share of every step's pairs",
+                          field="batch_pairs")
+    # host episode sampler (module doc): the same global steps on every rank (a 1-worker run's draws)
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 7919)
     by_class = {c: data.index("base", c) for c in data.base_classes}
     s1_total = cfg.stage1_steps if cfg.stage in ("both", "pretrain") else 0
     s2_total = cfg.stage2_steps if cfg.stage in ("both", "transfer") else 0
@@ -332,8 +407,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if cfg.stage == "eval" and cfg.support_shots == 0 and ck.state.get("supports_fixed") \
                 and ck.state.get("support_shots") == 0:
             supports = supports_from_weights(ck.weights, ctx.device)  # a stage-2 no-support checkpoint's own
-    if world > 1:
-        _broadcast_params(net, ctx)
+    # rank 0's parameters and floating-point buffers on every rank (a no-op on one worker)
+    ctx.broadcast_(list(net.parameters()) + [b for b in net.buffers() if b.is_floating_point()])
     if ctx.compile:  # training calls the network's parts (features / match / heads), not forward: compile the
         net.backbone.compile()  # backbone (the bulk of the compute) in place, so state_dict names stay as they are
     if opt is None:
@@ -375,17 +450,17 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         t1 = time.perf_counter()
         while step < s1_total:
             net.train()
-            loss, parts = base_losses(cfg, net, base_episode(data, by_class, cfg.batch_pairs, gen), gen, ctx.autocast)
+            loss, parts = base_step(cfg, net, data, by_class, gen, ctx)
             opt.zero_grad(set_to_none=True)
-            ctx.backward(loss)
+            ctx.backward(loss * world if world > 1 else loss)  # x world: undone by the mean over the ranks
             if world > 1:
-                _allreduce_grads(net, ctx)
+                _average(net, ctx)
             ctx.optimizer_step(opt)
             step += 1
             if step % cfg.log_every == 0 or step == s1_total:
                 info["t_stage1"] = info.get("t_stage1", 0.0) + time.perf_counter() - t1
                 with _released(data):
-                    report({"stage": 1, "train/loss": loss.detach(), **parts}, step == total,
+                    report({"stage": 1, **_global({"train/loss": loss.detach(), **parts}, ctx)}, step == total,
                            step % cfg.checkpoint_every == 0 or step == s1_total)
                 t1 = time.perf_counter()
         if s2_total == 0:
@@ -408,22 +483,22 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         while step < total:
             s2 = step - s1_total
             if pseudo is None or s2 % cfg.pseudo_refresh_every == 0:
-                pseudo = refresh_pseudo(teacher, data, supports, rank, world)
+                pseudo = refresh_pseudo(teacher, data, supports, ctx)
             net.train()
-            l_base, parts = base_losses(cfg, net, base_episode(data, by_class, cfg.batch_pairs, gen), gen, ctx.autocast)
-            l_nov, p2 = novel_losses(cfg, net, data, supports, pseudo, cfg.novel_pairs, gen, ctx.autocast)
+            l_base, parts = base_step(cfg, net, data, by_class, gen, ctx)
+            l_nov, p2 = novel_losses(cfg, net, data, supports, pseudo, cfg.novel_pairs, gen, ctx.autocast, ctx=ctx)
             loss = l_base + l_nov
             opt.zero_grad(set_to_none=True)
-            ctx.backward(loss)
+            ctx.backward(loss * world if world > 1 else loss)  # x world: undone by the mean over the ranks
             if world > 1:
-                _allreduce_grads(net, ctx)
+                _average(net, ctx)
             ctx.optimizer_step(opt)
             ema_update(teacher, net, cfg.ema_decay)
             step += 1
             if (step - s1_total) % cfg.log_every == 0 or step == total:
                 info["t_stage2"] = info.get("t_stage2", 0.0) + time.perf_counter() - t2
                 with _released(data):
-                    report({"stage": 2, "train/loss": loss.detach(), **parts, **p2}, step == total,
+                    report({"stage": 2, **_global({"train/loss": loss.detach(), **parts, **p2}, ctx)}, step == total,
                            step % cfg.checkpoint_every == 0 or step == total)
                 t2 = time.perf_counter()
     return ctx.history[-1]

@@ -1,0 +1,66 @@
+"""`methodlab reproduce` for a study: plan, run what is pending, run the tasks, collect, render."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from methodlab.core.errors import ConfigError
+from methodlab.reproduce import harness, report
+from methodlab.reproduce.study import Study
+
+
+def arms_for_claims(study: Study, claim_ids: list[str]) -> set[str]:
+    """The arms the named claims use, with the arms they depend on (transitively) and the tasks' arms."""
+    known = {c.id: c for c in study.claims}
+    unknown = [c for c in claim_ids if c not in known]
+    if unknown:
+        raise ConfigError(f"--claims: {study.slug} has no claim {', '.join(unknown)} (claims: {', '.join(known)})",
+                          field="--claims")
+    tasks = {t.id: t for t in study.tasks}
+    todo = [u for c in claim_ids for u in known[c].uses]
+    arms: set[str] = set()
+    while todo:
+        u = todo.pop()
+        if u in tasks:
+            todo += list(tasks[u].needs)
+        elif u not in arms:
+            arms.add(u)
+            todo += [d for d, _ in study.arm(u).needs]
+    return arms
+
+
+def reproduce(study: Study, *, out_dir: str | Path = "reports", storage: str | Path | None = None,
+              seeds: str = "all", quick: bool = False, claims: str = "", render_only: bool = False,
+              budget_s: float | None = None, address: str | None = None, use_ray: bool = True, workers: int = 2,
+              assume_shared_storage: bool = False, log: Callable[[str], None] = print) -> Path:
+    out = Path(out_dir)
+    if render_only:
+        if not (out / f"{study.slug}.json").exists():
+            raise ConfigError(f"--render-only: {out / (study.slug + '.json')} does not exist: run the reproduction "
+                              "first", field="--render-only")
+        return report.render_from_json(study, out)
+    root = Path(storage) if storage else Path("results") / "reproduce" / study.slug
+    if "://" in str(root):
+        raise ConfigError(f"--storage {root}: the reproduction store is a path every node mounts (an NFS-style "
+                          "share on a cluster), not a URI", field="--storage")
+    runs_root, tasks_root = root.resolve() / "runs", root.resolve() / "tasks"
+    selected = arms_for_claims(study, [c for c in claims.split(",") if c]) if claims else None
+    pending = harness.plan(study, runs_root, seeds=seeds, quick=quick, arms=selected)
+    if use_ray and pending:
+        from methodlab.runners.paths import check_shared_storage
+        from methodlab.runners.ray_session import init_ray
+
+        init_ray(address, quiet=True)
+        # a multi-node cluster needs a store every node reaches (the storage rule of multi-node runs)
+        check_shared_storage(str(runs_root), assume_shared_storage)
+    t0 = time.time()
+    log(f"{study.slug}: {len(pending)} runs pending" + (" (--quick)" if quick else ""))
+    harness.execute(study, pending, runs_root, quick=quick, use_ray=use_ray, address=address, workers=workers,
+                    budget_s=budget_s, log=log)
+    harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, quick=quick, log=log)
+    data = harness.collect(study, runs_root, tasks_root, quick=quick)
+    md = report.render(study, data, out)
+    log(f"{study.slug}: rendered {md} ({time.time() - t0:.0f} s)")
+    return md

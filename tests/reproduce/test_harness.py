@@ -1,0 +1,151 @@
+"""The reproduction harness on a toy study (a trivial method registered only here): two arms (one needing the
+other's checkpoint), dev and reported seeds, a task and three claims. Runs go through the platform's local
+runner in fresh local processes (--no-ray); the Ray path is tested on the multi-node facility
+(tests/reliability/test_reproduce_multinode.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce import store
+from methodlab.reproduce.run import reproduce
+from tests.reproduce import toy
+
+
+@pytest.fixture
+def toy_pkg(tmp_path, monkeypatch):
+    from methodlab.methods import REGISTRY
+
+    pkg = toy.install(tmp_path / "code")
+    monkeypatch.setitem(REGISTRY, "toy", "toypkg:SPEC")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'code'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    store.code_hash.cache_clear()
+    yield pkg
+    store.code_hash.cache_clear()
+    for m in [m for m in list(__import__("sys").modules) if m.startswith("toypkg")]:
+        del __import__("sys").modules[m]
+
+
+def study(sleep_s: float = 0.0) -> Study:
+    return Study(
+        slug="toy",
+        title="Toy study",
+        arms=(Arm("base", toy.job(steps=4, rate=0.5, sleep_s=sleep_s), quick=("steps=2",)),
+              Arm("finetune", toy.job(steps=2, rate=0.1), needs=(("base", "init_from"),), seeds="reported")),
+        tasks=(Task("oracle", lambda seed, inputs: {"loss": inputs["base"]["loss"] / 4}, needs=("base",)),),
+        claims=(
+            Claim("A", "base ends below 1.0", lambda r, s: r.metric("base", s, "loss"), "<=", 1.0, uses=("base",),
+                  paper=0.6),
+            Claim("B", "finetune halves base on every seed",
+                  lambda r, s: None if r.metric("finetune", s, "loss") is None else
+                  r.metric("finetune", s, "loss") / r.metric("base", s, "loss"), "<", 0.5, combine="every",
+                  uses=("finetune",)),
+            Claim("C", "the oracle is below 0.05 pooled",
+                  lambda r, s: None if any(r.task("oracle", x) is None for x in r.reported_seeds) else
+                  max(r.task("oracle", x)["loss"] for x in r.reported_seeds), "<=", 0.05, combine="pooled",
+                  uses=("oracle",)),
+        ),
+        spec_recipe={"steps": 8, "rate": 0.5},
+    )
+
+
+def _claims(out: Path) -> dict:
+    return {c["id"]: c for c in json.loads((out / "toy.json").read_text())["claims"]}
+
+
+def test_runs_judges_renders_and_reuses_every_finished_key(toy_pkg, tmp_path):
+    out, st = tmp_path / "reports", tmp_path / "store"
+    logs: list[str] = []
+    reproduce(study(), out_dir=out, storage=st, use_ray=False, log=logs.append)
+    claims = _claims(out)
+    # base: (10 + seed) / 16 -> 0.625, 0.6875, 0.75 (reported 0, 1, 2): mean 0.6875 <= 1 PASS
+    assert claims["A"]["verdict"] == "PASS" and claims["A"]["ours"] == pytest.approx(0.6875)
+    # finetune: base / 2 * 0.81 -> ratio 0.405 < 0.5 on every seed: PASS
+    assert claims["B"]["verdict"] == "PASS" and claims["B"]["per_seed"]["0"] == pytest.approx(0.405)
+    # oracle: max base / 4 = 0.1875 > 0.05: FAIL
+    assert claims["C"]["verdict"] == "FAIL"
+    md = (out / "toy.md").read_text()
+    assert "| **A** base ends below 1.0 |" in md and "| PASS |" in md and "| FAIL |" in md
+    assert "| steps | 8 | 4 | base |" in md  # the recipe against the spec's: a reduced recipe cannot hide
+    assert "## Development seeds" in md and "| base | 3 | 3 | yes |" in md  # dev seeds ran first
+    runs = [p for p in (st / "runs").iterdir()]
+    assert len(runs) == 6 + 3 and all((p / "job.yaml").exists() and (p / "metrics.jsonl").exists() and
+                                      (p / "checkpoints").is_dir() and (p / "record.json").exists() for p in runs)
+    # second invocation: nothing pending, nothing rerun, the same report
+    before = {p.name: (p / "record.json").stat().st_mtime_ns for p in runs}
+    logs.clear()
+    reproduce(study(), out_dir=out, storage=st, use_ray=False, log=logs.append)
+    assert logs[0] == "toy: 0 runs pending"
+    assert {p.name: (p / "record.json").stat().st_mtime_ns for p in (st / "runs").iterdir()} == before
+    assert (out / "toy.md").read_text() == md
+
+
+def test_not_run_when_its_runs_are_missing(toy_pkg, tmp_path):
+    out = tmp_path / "reports"
+    reproduce(study(), out_dir=out, storage=tmp_path / "store", use_ray=False, claims="A", log=lambda m: None)
+    claims = _claims(out)
+    assert claims["A"]["verdict"] == "PASS"
+    assert claims["B"]["verdict"] == "NOT RUN" and claims["B"]["ours"] is None
+    assert claims["C"]["verdict"] == "FAIL"  # the task needs base only, which ran
+
+
+def test_a_code_change_invalidates_the_keys(toy_pkg, tmp_path):
+    out, st = tmp_path / "reports", tmp_path / "store"
+    reproduce(study(), out_dir=out, storage=st, use_ray=False, seeds="0", log=lambda m: None)
+    first = {p.name for p in (st / "runs").iterdir()}
+    train = toy_pkg / "train.py"
+    train.write_text(train.read_text().replace("GAIN = 1.0", "GAIN = 0.5"))
+    store.code_hash.cache_clear()
+    logs: list[str] = []
+    reproduce(study(), out_dir=out, storage=st, use_ray=False, seeds="0", log=logs.append)
+    assert logs[0] == "toy: 2 runs pending"
+    assert not first & {p.name for p in (st / "runs").iterdir()} - first
+    assert len({p.name for p in (st / "runs").iterdir()}) == 4
+
+
+def test_a_killed_run_resumes_from_its_checkpoint(toy_pkg, tmp_path, monkeypatch):
+    from methodlab.core import faults
+
+    out, st = tmp_path / "reports", tmp_path / "store"
+    monkeypatch.setenv(faults.KILL_AT_STEP, "3")
+    monkeypatch.setenv(faults.ONCE_FILE, str(tmp_path / "once"))
+    logs: list[str] = []
+    reproduce(study(), out_dir=out, storage=st, use_ray=False, seeds="0", claims="A", workers=1, log=logs.append)
+    assert any(m.startswith("FAILED base seed 0") for m in logs), logs
+    assert _claims(out)["A"]["verdict"] == "NOT RUN"
+    monkeypatch.delenv(faults.KILL_AT_STEP)
+    logs.clear()
+    reproduce(study(), out_dir=out, storage=st, use_ray=False, seeds="0", claims="A", workers=1, log=logs.append)
+    run = next((st / "runs").iterdir())
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]  # steps 1-2 from the killed run, 3-4 after resuming from checkpoint 2
+    assert _claims(out)["A"]["per_seed"]["0"] == pytest.approx(0.625)
+
+
+def test_render_only_redraws_the_report_from_its_json_alone(toy_pkg, tmp_path):
+    import shutil
+
+    out, st = tmp_path / "reports", tmp_path / "store"
+    reproduce(study(), out_dir=out, storage=st, use_ray=False, seeds="reported", log=lambda m: None)
+    md = (out / "toy.md").read_text()
+    shutil.rmtree(st)
+    reproduce(study(), out_dir=out, render_only=True, log=lambda m: None)
+    assert (out / "toy.md").read_text() == md
+
+
+def test_quick_is_marked_reduced_and_bad_selections_are_refused(toy_pkg, tmp_path):
+    from methodlab.core.errors import ConfigError
+
+    out = tmp_path / "reports"
+    reproduce(study(), out_dir=out, storage=tmp_path / "store", use_ray=False, quick=True, log=lambda m: None)
+    md = (out / "toy.md").read_text()
+    assert "Reduced recipe (`--quick`)" in md and "`base` under --quick: steps=2" in md
+    with pytest.raises(ConfigError, match="no claim Z"):
+        reproduce(study(), out_dir=out, storage=tmp_path / "s2", use_ray=False, claims="Z")
+    with pytest.raises(ConfigError, match="--seeds"):
+        reproduce(study(), out_dir=out, storage=tmp_path / "s2", use_ray=False, seeds="zero")

@@ -99,18 +99,9 @@ def run(slug: str, world: int, device: str, folder: Path) -> dict:
         os.environ.pop(faults.SAMPLE_LOG, None)
         os.environ.pop(faults.COLLECTIVE_LOG, None)
     out = json.loads((folder / "rows.json").read_text())
-    out["samples"] = _records(folder / "samples", "samples")
-    out["collectives"] = _records(folder / "collectives", "collectives")
+    out["samples"] = faults.read_probe(folder / "samples", "samples")
+    out["collectives"] = faults.read_probe(folder / "collectives", "collectives")
     return out
-
-
-def _records(folder: Path, kind: str) -> dict[int, list[dict]]:
-    by_rank: dict[int, list[dict]] = {}
-    for f in sorted(folder.glob(f"{kind}-*.jsonl")):
-        for line in f.read_text().splitlines():
-            r = json.loads(line)
-            by_rank.setdefault(r["rank"], []).append(r)
-    return by_rank
 
 
 def _key(v):

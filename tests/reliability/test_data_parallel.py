@@ -45,16 +45,6 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
-def probe(folder: Path, kind: str) -> dict[int, list[dict]]:
-    """Records of one probe by rank, in call order (one file per process; a rank is one process here)."""
-    out: dict[int, list[dict]] = {}
-    for f in sorted(folder.glob(f"{kind}-*.jsonl")):
-        for line in f.read_text().splitlines():
-            r = json.loads(line)
-            out.setdefault(r["rank"], []).append(r)
-    return out
-
-
 def _key(v):
     return tuple(_key(x) for x in v) if isinstance(v, list) else v
 
@@ -106,8 +96,8 @@ def test_two_workers_match_one(slug, ray_cluster, tmp_path, monkeypatch, record)
             worst = max(worst, abs(b[k] - a[k]) / max(abs(a[k]), 1e-12))
 
     # ---- the samples: each global batch split over the ranks, nothing seen twice
-    single = probe(tmp_path / "samples-one", "samples").get(0, [])
-    ranks = probe(tmp_path / "samples-two", "samples")
+    single = faults.read_probe(tmp_path / "samples-one", "samples").get(0, [])
+    ranks = faults.read_probe(tmp_path / "samples-two", "samples")
     assert single, "the method never called ctx.shard"
     assert sorted(ranks) == [0, 1] and all(r["world"] == 2 for rs in ranks.values() for r in rs)
     assert len(ranks[0]) == len(ranks[1]), "the ranks took a different number of batches"
@@ -119,9 +109,9 @@ def test_two_workers_match_one(slug, ray_cluster, tmp_path, monkeypatch, record)
         for s, a, b in zip(single, ranks[0], ranks[1]):
             assert Counter(map(_key, a["idx"])) + Counter(map(_key, b["idx"])) == Counter(map(_key, s["idx"]))
     # ---- the collectives
-    bad = [r for rs in probe(tmp_path / "collectives", "collectives").values() for r in rs if r["bad"]]
+    bad = [r for rs in faults.read_probe(tmp_path / "collectives", "collectives").values() for r in rs if r["bad"]]
     assert not bad, bad
-    ops = Counter(r["op"] for rs in probe(tmp_path / "collectives", "collectives").values() for r in rs)
+    ops = Counter(r["op"] for rs in faults.read_probe(tmp_path / "collectives", "collectives").values() for r in rs)
 
     record.injected = f"{slug}: 1 worker vs 2 Ray Train workers (gloo, 1 CPU each)"
     record.survived = f"curve {', '.join(case.curve)} within rel {case.rel} ({case.why})"

@@ -167,6 +167,18 @@ def install_collective_guard(device: Any, rank: int) -> None:
         setattr(dist, name, guarded)
 
 
+def read_probe(folder, kind: str) -> dict[int, list[dict]]:
+    """A probe's records ("samples" or "collectives") by rank, each rank's in call order (one file per process)."""
+    from pathlib import Path
+
+    by_rank: dict[int, list[dict]] = {}
+    for f in sorted(Path(folder).glob(f"{kind}-*.jsonl")):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            by_rank.setdefault(r["rank"], []).append(r)
+    return by_rank
+
+
 def _append(folder: str, kind: str, record: dict) -> None:
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"{kind}-{os.getpid()}.jsonl"), "a") as fh:

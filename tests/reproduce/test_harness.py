@@ -37,7 +37,7 @@ def study(sleep_s: float = 0.0) -> Study:
         title="Toy study",
         arms=(Arm("base", toy.job(steps=4, rate=0.5, sleep_s=sleep_s), quick=("steps=2",)),
               Arm("finetune", toy.job(steps=2, rate=0.1), needs=(("base", "init_from"),), seeds="reported")),
-        tasks=(Task("oracle", lambda seed, inputs: {"loss": inputs["base"]["loss"] / 4}, needs=("base",)),),
+        tasks=(Task("oracle", lambda seed, inputs, mode: {"loss": inputs["base"]["loss"] / 4}, needs=("base",)),),
         claims=(
             Claim("A", "base ends below 1.0", lambda r, s: r.metric("base", s, "loss"), "<=", 1.0, uses=("base",),
                   paper=0.6),

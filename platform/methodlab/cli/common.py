@@ -11,10 +11,15 @@ from rich.console import Console
 
 from methodlab.core.errors import ConfigError, MethodlabError
 
-# Piped into a log file, rich would assume 80 columns and cut sweep tables to "tri…"; a log has no width.
-_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
-console = Console(stderr=False, soft_wrap=True, width=_WIDTH)
+console = Console(stderr=False, soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
+
+
+def fit_console_width() -> None:
+    """Piped into a log file, rich would assume 80 columns and cut sweep tables to "tri…"; a log has no width.
+    Decided when a command runs (not at import: no module reads the environment then)."""
+    if not (sys.stdout.isatty() or os.environ.get("COLUMNS")):
+        console.width = 200
 
 
 def _flags_take_no_value() -> None:
@@ -153,6 +158,7 @@ def friendly(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        fit_console_width()
         try:
             return fn(*args, **kwargs)
         except MethodlabError as err:

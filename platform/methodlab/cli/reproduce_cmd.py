@@ -31,11 +31,13 @@ def study_of(slug: str):
 def reproduce(
     slug: Optional[str] = typer.Argument(None, help="Method slug (or --all)."),
     all_methods: bool = typer.Option(False, "--all", help="Every registered method, one after the other."),
-    out_dir: str = typer.Option("reports", help="Where <slug>.md, <slug>.json and its plots go."),
+    out_dir: Optional[str] = typer.Option(None, help="Where <slug>.md, <slug>.json and its plots go (default reports/; "
+                                          "a --quick look: results/reproduce/<slug>/quick-report/)."),
     workers: int = typer.Option(2, min=1, help="Runs in parallel without Ray (--no-ray) or in a legacy reproduction."),
     quick: bool = typer.Option(False, "--quick", help="One seed, the arms' quick overrides: a fast look, marked as a "
                                "reduced recipe in the report."),
-    full: bool = typer.Option(False, "--full", help="Also the long claims a method runs only on request."),
+    full: bool = typer.Option(False, "--full", help="The unreduced recipe: the arms' full overrides and the long arms "
+                              "a method runs only on request (GPU-sized where the spec's recipe is)."),
     claims: str = typer.Option("", "--claims", metavar="A,B", help="Only these claims' runs (others read NOT RUN)."),
     seeds: str = typer.Option("all", "--seeds", metavar="reported|dev|all|0,1", help="Which seeds to run."),
     render_only: bool = typer.Option(False, "--render-only", help="Redraw the report from reports/<slug>.json alone."),
@@ -64,7 +66,8 @@ def reproduce(
         raise ConfigError("give one method slug or --all", field="slug")
     if quiet:  # read by runners.progress, here and in the reproduction's worker processes
         os.environ["METHODLAB_QUIET"] = "1"
-    writable_folder(out_dir, field="--out-dir")  # before hours of runs, not at the report's write
+    if out_dir is not None:
+        writable_folder(out_dir, field="--out-dir")  # before hours of runs, not at the report's write
     slugs = method_slugs() if all_methods else [slug]
     for s in slugs:
         get_spec(s)  # an unknown slug: one line naming it
@@ -74,12 +77,12 @@ def reproduce(
             from methodlab.reproduce.run import reproduce as run_study
 
             report = run_study(study, out_dir=out_dir, storage=storage if not all_methods else None, seeds=seeds,
-                               quick=quick, claims=claims, render_only=render_only, budget_s=budget,
+                               quick=quick, full=full, claims=claims, render_only=render_only, budget_s=budget,
                                address=address, use_ray=not no_ray, workers=workers,
                                assume_shared_storage=assume_shared_storage,
                                log=(lambda m: None) if quiet else (lambda m: console.print(m, highlight=False)))
         else:
-            report = _legacy(s, out_dir=out_dir, workers=workers, quick=quick, full=full,
+            report = _legacy(s, out_dir=out_dir or "reports", workers=workers, quick=quick, full=full,
                              harness_flags=[f for f, v in zip(HARNESS_ONLY, (claims, seeds != "all", render_only,
                                                                               budget, address, no_ray, storage)) if v],
                              skip_flags=all_methods)

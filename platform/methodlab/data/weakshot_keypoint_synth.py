@@ -197,7 +197,9 @@ def check_keypoint_counts(cls: np.ndarray, kcount: np.ndarray, k_of_class: dict)
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("METHODLAB_DATA_DIR", Path.home() / ".cache" / "methodlab" / "data")) / "weakshot_keypoint"
+    from methodlab.data.cache import data_dir
+
+    return data_dir("weakshot_keypoint")
 
 
 def generate(*, n_base: int = 12, n_novel: int = 4, base_images: int = 200, novel_unlabeled: int = 300,

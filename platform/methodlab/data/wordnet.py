@@ -55,7 +55,9 @@ class Synset:
 
 
 def _data_cache_dir() -> Path:
-    return Path(os.environ.get("METHODLAB_DATA_DIR", Path.home() / ".cache" / "methodlab" / "data"))
+    from methodlab.data.cache import data_dir
+
+    return data_dir()
 
 
 def resolve_source(path: str | Path | None = None) -> Path:

@@ -1,7 +1,7 @@
 """Run a study: plan the pending arm x seed runs and tasks, run them (embedded Ray, a cluster, or local
 processes), collect every figure into the report's data, judge the claims, render the report.
 
-    plan(study, seeds=..., quick=...)      -> [Pending]        (validates every job before anything runs)
+    plan(study, seeds=..., mode=...)       -> [Pending]        (validates every job before anything runs)
     execute(study, pending, ...)           -> runs them wave by wave (dependencies first), records each
     collect(study, store, ...)             -> the report data: per run final metrics, history, wall, memory
     report.render(study, data, out_dir)    -> reports/<slug>.md + .json (+ the study's plots)
@@ -46,10 +46,11 @@ def _job_source(arm: Arm) -> dict:
     return {"path": str(path if path.is_absolute() else REPO / path)}
 
 
-def load_arm(arm: Arm, seed: int, quick: bool, extra: tuple[str, ...] = ()):
+def load_arm(arm: Arm, seed: int, mode: str, extra: tuple[str, ...] = ()):
     from methodlab.specs.files import load_job
 
-    over = [*arm.overrides, *(arm.quick if quick else ()), f"seed={seed}", *extra]
+    over = [*arm.overrides, *(arm.quick if mode == "quick" else arm.full if mode == "full" else ()), f"seed={seed}",
+            *extra]
     src = _job_source(arm)
     return load_job(src.get("path"), data=src.get("data"), overrides=over, smoke=arm.smoke), tuple(over)
 
@@ -69,15 +70,24 @@ def selected_seeds(study: Study, own, which: str) -> tuple[int, ...]:
     return tuple(s for s in mine if s in want)
 
 
-def arm_seeds(study: Study, own, which: str, quick: bool) -> tuple[int, ...]:
+def arm_seeds(study: Study, own, which: str, mode: str) -> tuple[int, ...]:
     """Seeds an arm (or task) runs: under --quick the study's quick seeds it has (its first seed if none)."""
-    if quick:
+    if mode == "quick":
         mine = seeds_of(own, study)
         return tuple(s for s in study.quick_seeds if s in mine) or mine[:1]
     return selected_seeds(study, own, which)
 
 
-def plan(study: Study, runs_root: Path, *, seeds: str = "all", quick: bool = False,
+MODES = ("quick", "default", "full")
+
+
+def active(item, mode: str) -> bool:
+    """Whether an arm or task runs in this mode (skip_quick: not under --quick; full_only: only under --full)."""
+    return not (getattr(item, "skip_quick", False) and mode == "quick") and \
+        not (getattr(item, "full_only", False) and mode != "full")
+
+
+def plan(study: Study, runs_root: Path, *, seeds: str = "all", mode: str = "default",
          arms: set[str] | None = None) -> list[Pending]:
     """Every arm x seed the selection asks for whose key has no finished record, in dependency waves. A
     dependent arm's key includes its dependency's checkpoint path, so it is known only once that ran: such arms
@@ -86,15 +96,15 @@ def plan(study: Study, runs_root: Path, *, seeds: str = "all", quick: bool = Fal
     out = []
     for w, wave in enumerate(order_arms(study.arms)):
         for arm in wave:
-            if arms is not None and arm.id not in arms:
+            if (arms is not None and arm.id not in arms) or not active(arm, mode):
                 continue
-            for seed in arm_seeds(study, arm.seeds, seeds, quick):
-                loaded, over = load_arm(arm, seed, quick)  # validated here, before any run starts
+            for seed in arm_seeds(study, arm.seeds, seeds, mode):
+                loaded, over = load_arm(arm, seed, mode)  # validated here, before any run starts
                 key = store.run_key(loaded, arm.id)
                 if arm.needs:  # keyed by its dependencies' checkpoints: known once they ran
                     try:
-                        loaded, over = load_arm(arm, seed, quick,
-                                                dependency_overrides(study, arm, seed, quick, runs_root))
+                        loaded, over = load_arm(arm, seed, mode,
+                                                dependency_overrides(study, arm, seed, mode, runs_root))
                         key = store.run_key(loaded, arm.id)
                     except ConfigError:
                         key = ""
@@ -106,7 +116,7 @@ def plan(study: Study, runs_root: Path, *, seeds: str = "all", quick: bool = Fal
     return out
 
 
-def dependency_overrides(study: Study, arm: Arm, seed: int, quick: bool, runs_root: Path) -> tuple[str, ...]:
+def dependency_overrides(study: Study, arm: Arm, seed: int, mode: str, runs_root: Path) -> tuple[str, ...]:
     """field=<newest checkpoint of the needed arm's run for this seed>."""
     from methodlab.core.checkpoint import latest_checkpoint
     from methodlab.runners.local import CHECKPOINTS_DIR
@@ -114,7 +124,7 @@ def dependency_overrides(study: Study, arm: Arm, seed: int, quick: bool, runs_ro
     extra = []
     for dep_id, field in arm.needs:
         dep = study.arm(dep_id)
-        loaded, _ = load_arm(dep, seed, quick, dependency_overrides(study, dep, seed, quick, runs_root))
+        loaded, _ = load_arm(dep, seed, mode, dependency_overrides(study, dep, seed, mode, runs_root))
         ck = latest_checkpoint(runs_root / store.run_key(loaded, dep.id) / CHECKPOINTS_DIR)
         if ck is None:
             raise ConfigError(f"arm {arm.id} needs arm {dep_id}'s checkpoint for seed {seed}, which has not run",
@@ -155,7 +165,7 @@ def run_one(payload: dict) -> dict:
     return record
 
 
-def execute(study: Study, pending: list[Pending], runs_root: Path, *, quick: bool, use_ray: bool = True,
+def execute(study: Study, pending: list[Pending], runs_root: Path, *, mode: str, use_ray: bool = True,
             address: str | None = None, workers: int = 2, budget_s: float | None = None,
             log: Callable[[str], None] = print) -> list[dict]:
     """Run `pending` wave by wave. On Ray: one task per run with its job's CPUs / GPUs (max_calls=1: a fresh
@@ -175,8 +185,8 @@ def execute(study: Study, pending: list[Pending], runs_root: Path, *, quick: boo
             over = p.overrides
             key = p.key
             if arm.needs:
-                extra = dependency_overrides(study, arm, p.seed, quick, runs_root)
-                loaded, over = load_arm(arm, p.seed, quick, extra)
+                extra = dependency_overrides(study, arm, p.seed, mode, runs_root)
+                loaded, over = load_arm(arm, p.seed, mode, extra)
                 key = store.run_key(loaded, arm.id)
                 if store.read_record(runs_root / key):
                     continue
@@ -242,66 +252,83 @@ def _local(wave, workers, log, t_end) -> list[dict]:
     return out
 
 
-def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, quick: bool,
+def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mode: str,
               log: Callable[[str], None] = print) -> None:
     """Tasks in this process, cached as JSON by (id, seed, version, inputs, code)."""
     for t in study.tasks:
-        for seed in arm_seeds(study, t.seeds, seeds, quick):
-            inputs = {a: _final_of(study, a, seed, quick, runs_root) for a in t.needs}
+        if not active(t, mode):
+            continue
+        for seed in arm_seeds(study, t.seeds, seeds, mode):
+            inputs = {a: _final_of(study, a, seed, mode, runs_root) for a in t.needs}
             if any(v is None for v in inputs.values()):
                 continue  # its arms have not run: the task (and the claims on it) stay NOT RUN
-            path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs)}.json"
+            path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs, mode)}.json"
             if path.exists():
                 continue
             t0 = time.time()
-            value = t.fn(seed, inputs)
+            value = t.fn(seed, inputs, mode)
             store.write_json_atomic(path, {"task": t.id, "seed": seed, "value": value,
                                            "wall_s": round(time.time() - t0, 3)})
             log(f"task {t.id} seed {seed} in {time.time() - t0:.1f} s")
 
 
-def _run_dir(study: Study, arm_id: str, seed: int, quick: bool, runs_root: Path) -> Path | None:
+def _run_dir(study: Study, arm_id: str, seed: int, mode: str, runs_root: Path) -> Path | None:
     arm = study.arm(arm_id)
     try:
-        extra = dependency_overrides(study, arm, seed, quick, runs_root) if arm.needs else ()
+        extra = dependency_overrides(study, arm, seed, mode, runs_root) if arm.needs else ()
     except ConfigError:
         return None
-    loaded, _ = load_arm(arm, seed, quick, extra)
+    loaded, _ = load_arm(arm, seed, mode, extra)
     return runs_root / store.run_key(loaded, arm.id)
 
 
-def _final_of(study: Study, arm_id: str, seed: int, quick: bool, runs_root: Path) -> dict | None:
-    d = _run_dir(study, arm_id, seed, quick, runs_root)
+def _final_of(study: Study, arm_id: str, seed: int, mode: str, runs_root: Path) -> dict | None:
+    d = _run_dir(study, arm_id, seed, mode, runs_root)
     rec = store.read_record(d) if d is not None else None
     return rec["final"] if rec else None
 
 
-def collect(study: Study, runs_root: Path, tasks_root: Path, *, quick: bool) -> dict[str, Any]:
+def _history(study: Study, run_dir: Path) -> list[dict]:
+    if study.history is None:
+        return store.read_metrics(run_dir)
+    if not study.history:
+        return []
+    keep = {"step", *study.history}
+    rows = [{k: v for k, v in r.items() if k in keep} for r in store.read_metrics(run_dir)]
+    return [r for r in rows if set(r) - {"step"}]
+
+
+def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str) -> dict[str, Any]:
     """Every figure the report reads, from the store: per arm x seed the record (wall, memory, when, where), the
     final metrics and the metrics history; per task x seed its value; the recipe actually run (config of seed
     runs). Runs not finished are absent (their claims read NOT RUN)."""
     runs: dict[str, dict[str, Any]] = {}
     recipes: dict[str, dict] = {}
     for arm in study.arms:
-        for seed in arm_seeds(study, arm.seeds, "all", quick):
-            d = _run_dir(study, arm.id, seed, quick, runs_root)
+        if not active(arm, mode):
+            continue
+        for seed in arm_seeds(study, arm.seeds, "all", mode):
+            d = _run_dir(study, arm.id, seed, mode, runs_root)
             rec = store.read_record(d) if d is not None else None
             if not rec:
                 continue
             runs.setdefault(arm.id, {})[str(seed)] = {
                 "key": rec["key"], "wall_s": rec["wall_s"], "peak_rss_mb": rec["peak_rss_mb"],
                 "started": rec["started"], "ended": rec["ended"], "node": rec.get("node"),
-                "final": rec["final"], "history": store.read_metrics(d)}
+                "final": rec["final"], "history": _history(study, d)}
             if arm.id not in recipes:
-                loaded, _ = load_arm(arm, seed, quick)
+                loaded, _ = load_arm(arm, seed, mode)
                 recipes[arm.id] = loaded.config.model_dump(mode="json")
     tasks: dict[str, dict[str, Any]] = {}
     for t in study.tasks:  # only the current keys: a stale result (older code, --quick inputs) is never read
-        for seed in arm_seeds(study, t.seeds, "all", quick):
-            inputs = {a: _final_of(study, a, seed, quick, runs_root) for a in t.needs}
+        if not active(t, mode):
+            continue
+        for seed in arm_seeds(study, t.seeds, "all", mode):
+            inputs = {a: _final_of(study, a, seed, mode, runs_root) for a in t.needs}
             if any(v is None for v in inputs.values()):
                 continue
-            path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs)}.json"
+            path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs, mode)}.json"
             if path.exists():
                 tasks.setdefault(t.id, {})[str(seed)] = json.loads(path.read_text())["value"]
-    return {"slug": study.slug, "quick": quick, "runs": runs, "tasks": tasks, "recipes": recipes}
+    return {"slug": study.slug, "quick": mode == "quick", "mode": mode, "runs": runs, "tasks": tasks,
+            "recipes": recipes}

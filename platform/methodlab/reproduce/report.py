@@ -20,6 +20,7 @@ class Results:
     def __init__(self, data: dict, study: Study):
         self.data, self.study = data, study
         self.quick = bool(data.get("quick"))
+        self.mode = data.get("mode", "quick" if self.quick else "default")
         self.reported_seeds = tuple(study.quick_seeds if self.quick else study.reported_seeds)
         self.dev_seeds = () if self.quick else tuple(study.dev_seeds)
 
@@ -45,6 +46,10 @@ class Results:
     def seeds(self, arm: str) -> list[int]:
         return sorted(int(s) for s in self.data["runs"].get(arm, {}))
 
+    def config(self, arm: str) -> dict:
+        """The resolved config the arm ran (its first seed's; seeds differ only in `seed`)."""
+        return (self.data.get("recipes") or {}).get(arm, {})
+
 
 def _num(v: Any) -> float | None:
     try:
@@ -54,10 +59,15 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
-def judge(study: Study, res: Results) -> list[dict]:
+def judge(study: Study, res: Results, seeds: tuple[int, ...] | None = None) -> list[dict]:
+    """Verdicts on the reported seeds (or on `seeds`, e.g. the development ones; a pooled claim is judged on the
+    reported seeds only: its value function reads them itself)."""
     out = []
+    seeds = res.reported_seeds if seeds is None else seeds
     for c in study.claims:
-        per_seed = {s: _num(c.value(res, s)) for s in res.reported_seeds} if c.combine != "pooled" else {}
+        if c.combine == "pooled" and seeds != res.reported_seeds:
+            continue
+        per_seed = {s: _num(c.value(res, s)) for s in seeds} if c.combine != "pooled" else {}
         if c.combine == "pooled":
             ours = _num(c.value(res, None))
         elif per_seed and all(v is not None for v in per_seed.values()):
@@ -110,7 +120,8 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[str]) -> str:
+def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[str],
+                    out_dir: Path | None = None) -> str:
     res = Results(data, study)
     lines = [f"# {study.title or study.slug}: reproduction", ""]
     lines.append(f"Rendered by `methodlab reproduce {study.slug}` from the run store (every figure below is in "
@@ -118,6 +129,13 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
     if res.quick:
         lines.append("")
         lines.append("**Reduced recipe (`--quick`)**: one seed and the arms' quick overrides; not the acceptance run.")
+    elif res.mode == "full":
+        lines += ["", "**Unreduced recipe (`--full`)**: the arms' full overrides on top of their job files."]
+    legacy = f"legacy/{study.slug}.md"
+    if (Path(out_dir) / legacy).exists() if out_dir is not None else False:
+        lines += ["", f"The report before this harness (rendered by the method's own script, not rerun here) is "
+                  f"[{legacy}]({legacy}); a claim whose runs have not finished yet reads NOT RUN above, never that "
+                  "report's figure."]
     seeds = [str(s) for s in res.reported_seeds]
     lines += ["", "## Claims", "", "| claim | bar | " + " | ".join(f"seed {s}" for s in seeds) +
               " | ours | paper | verdict |", "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
@@ -143,6 +161,17 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
     for arm in study.arms:
         if res.quick and arm.quick:
             lines.append(f"- `{arm.id}` under --quick: {', '.join(arm.quick)}")
+    dev_claims = [c for c in judge(study, res, res.dev_seeds) if c["ours"] is not None] if res.dev_seeds else []
+    if dev_claims:
+        dseeds = [str(s) for s in res.dev_seeds]
+        lines += ["", "## Claims on the development seeds", "",
+                  "The same claims on seeds " + ", ".join(dseeds) + " (where the recipe was chosen; not the verdict).",
+                  "", "| claim | bar | " + " | ".join(f"seed {s}" for s in dseeds) + " | mean | meets the bar |",
+                  "|---|---|" + "---|" * len(dseeds) + "---|---|"]
+        for c in dev_claims:
+            vals = " | ".join(_fmt(c["per_seed"].get(s)) for s in dseeds)
+            lines.append(f"| {c['id']} | {c['op']} {_fmt(c['bar'])} ({c['combine']}) | {vals} | {_fmt(c['ours'])} | "
+                         f"{'yes' if c['verdict'] == PASS else 'no'} |")
     order = dev_seed_order(res)
     if order:
         lines += ["", "## Development seeds", "", "| arm | dev runs | reported runs | dev seeds finished first |",
@@ -172,10 +201,12 @@ def render(study: Study, data: dict, out_dir: Path) -> Path:
     res = Results(data, study)
     claims = judge(study, res)
     plots = list(study.plots(res, out_dir)) if study.plots is not None else []
-    doc = {"slug": study.slug, "claims": claims, "plots": plots, "data": data}
+    doc = {"slug": study.slug, "title": study.title or study.slug, "dataset": study.dataset,
+           "real_data": study.real_data, "mode": res.mode, "reduced": res.mode == "quick" or bool(
+               recipe_differences(study, data)), "claims": claims, "plots": plots, "data": data}
     (out_dir / f"{study.slug}.json").write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
     md = out_dir / f"{study.slug}.md"
-    md.write_text(render_markdown(study, data, claims, plots))
+    md.write_text(render_markdown(study, data, claims, plots, out_dir))
     return md
 
 

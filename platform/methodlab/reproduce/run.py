@@ -31,11 +31,20 @@ def arms_for_claims(study: Study, claim_ids: list[str]) -> set[str]:
     return arms
 
 
-def reproduce(study: Study, *, out_dir: str | Path = "reports", storage: str | Path | None = None,
-              seeds: str = "all", quick: bool = False, claims: str = "", render_only: bool = False,
+def default_out_dir(study: Study, mode: str) -> Path:
+    """reports/ holds the acceptance runs only: a --quick look renders beside its store."""
+    return Path("results") / "reproduce" / study.slug / "quick-report" if mode == "quick" else Path("reports")
+
+
+def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str | Path | None = None,
+              seeds: str = "all", quick: bool = False, full: bool = False, claims: str = "",
+              render_only: bool = False,
               budget_s: float | None = None, address: str | None = None, use_ray: bool = True, workers: int = 2,
               assume_shared_storage: bool = False, log: Callable[[str], None] = print) -> Path:
-    out = Path(out_dir)
+    if quick and full:
+        raise ConfigError("--quick and --full: choose one (a fast look, or the unreduced recipe)", field="--full")
+    mode = "quick" if quick else "full" if full else "default"
+    out = Path(out_dir) if out_dir is not None else default_out_dir(study, mode)
     if render_only:
         if not (out / f"{study.slug}.json").exists():
             raise ConfigError(f"--render-only: {out / (study.slug + '.json')} does not exist: run the reproduction "
@@ -47,7 +56,7 @@ def reproduce(study: Study, *, out_dir: str | Path = "reports", storage: str | P
                           "share on a cluster), not a URI", field="--storage")
     runs_root, tasks_root = root.resolve() / "runs", root.resolve() / "tasks"
     selected = arms_for_claims(study, [c for c in claims.split(",") if c]) if claims else None
-    pending = harness.plan(study, runs_root, seeds=seeds, quick=quick, arms=selected)
+    pending = harness.plan(study, runs_root, seeds=seeds, mode=mode, arms=selected)
     if use_ray and pending:
         from methodlab.runners.paths import check_shared_storage
         from methodlab.runners.ray_session import init_ray
@@ -56,11 +65,11 @@ def reproduce(study: Study, *, out_dir: str | Path = "reports", storage: str | P
         # a multi-node cluster needs a store every node reaches (the storage rule of multi-node runs)
         check_shared_storage(str(runs_root), assume_shared_storage)
     t0 = time.time()
-    log(f"{study.slug}: {len(pending)} runs pending" + (" (--quick)" if quick else ""))
-    harness.execute(study, pending, runs_root, quick=quick, use_ray=use_ray, address=address, workers=workers,
+    log(f"{study.slug}: {len(pending)} runs pending" + ("" if mode == "default" else f" (--{mode})"))
+    harness.execute(study, pending, runs_root, mode=mode, use_ray=use_ray, address=address, workers=workers,
                     budget_s=budget_s, log=log)
-    harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, quick=quick, log=log)
-    data = harness.collect(study, runs_root, tasks_root, quick=quick)
+    harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, mode=mode, log=log)
+    data = harness.collect(study, runs_root, tasks_root, mode=mode)
     md = report.render(study, data, out)
     log(f"{study.slug}: rendered {md} ({time.time() - t0:.0f} s)")
     return md

@@ -70,8 +70,11 @@ def run_key(loaded, arm_id: str) -> str:
     return f"{arm_id}-{h.hexdigest()[:16]}"
 
 
-def task_key(slug: str, task_id: str, seed: int, version: str, inputs: dict) -> str:
-    h = hashlib.sha256(json.dumps({"task": task_id, "seed": seed, "version": version, "inputs": inputs},
+def task_key(slug: str, task_id: str, seed: int, version: str, inputs: dict, mode: str = "default") -> str:
+    key = {"task": task_id, "seed": seed, "version": version, "inputs": inputs}
+    if mode != "default":  # (default keys as before: finished tasks stay valid)
+        key["mode"] = mode
+    h = hashlib.sha256(json.dumps(key,
                                   sort_keys=True, default=str).encode())
     h.update(code_hash(str(method_dir(slug)), with_reports=True).encode())
     return f"{task_id}-s{seed}-{h.hexdigest()[:16]}"

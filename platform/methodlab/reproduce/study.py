@@ -17,8 +17,10 @@ class Arm:
     """One setting run once per seed as an ordinary run of the platform's runner.
 
     `job`: a job file (repo-relative) or an inline job dict; `overrides`: key=value on top (as on the command line);
-    `quick`: extra overrides under --quick (a fast look, shown as a reduced recipe); `needs`: (arm id, config
-    field) pairs: the field receives that arm's newest checkpoint for the same seed, so the arm runs after it."""
+    `quick`: extra overrides under --quick (a fast look, shown as a reduced recipe); `full`: extra overrides under
+    --full (the unreduced recipe, where the default one is reduced to fit the machine); `needs`: (arm id, config
+    field) pairs: the field receives that arm's newest checkpoint for the same seed, so the arm runs after it.
+    `skip_quick`: not run under --quick (a long side arm); `full_only`: run only under --full."""
 
     id: str
     job: str | dict
@@ -27,20 +29,25 @@ class Arm:
     seeds: SeedSet = "both"
     needs: tuple[tuple[str, str], ...] = ()
     label: str = ""
+    full: tuple[str, ...] = ()
+    skip_quick: bool = False
+    full_only: bool = False
     smoke: bool = False  # the method's smoke preset under the overrides (toy studies, tests)
 
 
 @dataclass(frozen=True)
 class Task:
-    """A computation that is not a fit (a baseline, a closed form, a probe, an oracle): `fn(seed, inputs)` returns a
-    JSON-able dict, cached by (id, seed, version, code hash). `inputs`: {arm id: that arm's final metrics for this
-    seed} for the arms in `needs`."""
+    """A computation that is not a fit (a baseline, a closed form, a probe, an oracle): `fn(seed, inputs, mode)`
+    returns a JSON-able dict, cached by (id, seed, version, mode, inputs, code hash). `inputs`: {arm id: that arm's
+    final metrics for this seed} for the arms in `needs`; `mode`: "quick", "default" or "full" (a task sizes itself
+    to it the way an arm's quick / full overrides do). `skip_quick`: not run under --quick."""
 
     id: str
     fn: Callable[[int, dict], dict]
     seeds: SeedSet = "reported"
     needs: tuple[str, ...] = ()
     version: str = "1"
+    skip_quick: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,12 @@ class Study:
     # The method's plots: (results, folder) -> [file names], from the same data.
     plots: Callable[[Any, Any], list[str]] | None = None
     title: str = ""
+    # Metrics history kept in the report JSON per run: None = every key of every metrics.jsonl row, a tuple = those
+    # keys only (with "step"), () = none. Keep it to what sections and plots read: the JSON is committed.
+    history: tuple[str, ...] | None = None
+    # What the claims run on, for the scoreboard: e.g. "MNIST (real, packaged)" or "synthetic ER DAGs".
+    dataset: str = ""
+    real_data: bool = False
 
     def arm(self, arm_id: str) -> Arm:
         for a in self.arms:

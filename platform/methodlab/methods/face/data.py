@@ -29,7 +29,9 @@ class Bundle:
 
 
 def _cache_dir() -> Path:
-    root = Path(os.environ.get("METHODLAB_CACHE", Path.home() / ".cache" / "methodlab")) / "face"
+    from methodlab.data.cache import cache_dir
+
+    root = cache_dir("face")
     root.mkdir(parents=True, exist_ok=True)
     return root
 

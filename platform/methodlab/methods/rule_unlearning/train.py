@@ -142,7 +142,9 @@ def sft(model, tok, pairs, *, lr: float, epochs: int, batch: int, seed: int, ctx
 
 # ------------------------------------------------------------------------------------------ stage 0
 def cache_dir(cfg: Config) -> Path:
-    root = cfg.cache_dir or os.environ.get("METHODLAB_DATA_DIR", str(Path.home() / ".cache" / "methodlab" / "data"))
+    from methodlab.data.cache import data_dir
+
+    root = cfg.cache_dir or str(data_dir())
     return Path(root) / SLUG
 
 

@@ -73,6 +73,8 @@ def test_runs_judges_renders_and_reuses_every_finished_key(toy_pkg, tmp_path):
     assert "| **A** base ends below 1.0 |" in md and "| PASS |" in md and "| FAIL |" in md
     assert "| steps | 8 | 4 | base |" in md  # the recipe against the spec's: a reduced recipe cannot hide
     assert "## Development seeds" in md and "| base | 3 | 3 | yes |" in md  # dev seeds ran first
+    # the claims again on seeds 10-12 (base: 20/16, 21/16, 22/16 -> mean 1.3125 > 1: not met there)
+    assert "## Claims on the development seeds" in md and "| A | <= 1 (mean) | 1.25 | 1.312 | 1.375 | 1.312 | no |" in md
     runs = [p for p in (st / "runs").iterdir()]
     assert len(runs) == 6 + 3 and all((p / "job.yaml").exists() and (p / "metrics.jsonl").exists() and
                                       (p / "checkpoints").is_dir() and (p / "record.json").exists() for p in runs)
@@ -149,3 +151,25 @@ def test_quick_is_marked_reduced_and_bad_selections_are_refused(toy_pkg, tmp_pat
         reproduce(study(), out_dir=out, storage=tmp_path / "s2", use_ray=False, claims="Z")
     with pytest.raises(ConfigError, match="--seeds"):
         reproduce(study(), out_dir=out, storage=tmp_path / "s2", use_ray=False, seeds="zero")
+
+
+def test_modes_pick_their_arms_and_a_quick_look_renders_beside_its_store(toy_pkg, tmp_path, monkeypatch):
+    from methodlab.core.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    s = Study(slug="toy", arms=(
+        Arm("base", toy.job(steps=4), quick=("steps=2",), full=("steps=8",), seeds="reported"),
+        Arm("long", toy.job(steps=3), skip_quick=True, seeds=(0,)),
+        Arm("paper", toy.job(steps=5), full_only=True, seeds=(0,))),
+        claims=(Claim("A", "base below 1", lambda r, x: r.metric("base", x, "loss"), "<=", 1.0, uses=("base",)),))
+    md = reproduce(s, use_ray=False, quick=True, log=lambda m: None)
+    assert md == Path("results/reproduce/toy/quick-report/toy.md") and not Path("reports").exists()
+    doc = json.loads(md.with_suffix(".json").read_text())
+    assert set(doc["data"]["runs"]) == {"base"} and doc["mode"] == "quick" and doc["reduced"]
+    md = reproduce(s, use_ray=False, full=True, seeds="0", log=lambda m: None)
+    doc = json.loads(md.with_suffix(".json").read_text())
+    assert md == Path("reports/toy.md") and set(doc["data"]["runs"]) == {"base", "long", "paper"}
+    assert doc["data"]["recipes"]["base"]["steps"] == 8 and "**Unreduced recipe (`--full`)**" in md.read_text()
+    assert Path("reports/index.md").exists()  # the scoreboard beside the reports it reads
+    with pytest.raises(ConfigError, match="--quick and --full"):
+        reproduce(s, use_ray=False, quick=True, full=True)

@@ -50,6 +50,8 @@ def reproduce(
                                           "a cluster a path every node mounts)."),
     assume_shared_storage: bool = typer.Option(False, "--assume-shared-storage",
                                                help="The store is a mount every node sees (skip the multi-node check)."),
+    scoreboard: bool = typer.Option(False, "--scoreboard", help="Only rewrite reports/index.md, reports/index.html and "
+                                    "README's methods table from the committed reports/<slug>.json."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or per-run lines (errors still print)."),
 ) -> None:
     """Run the spec's acceptance experiment (method vs baselines, per seed) and write the report.
@@ -62,6 +64,13 @@ def reproduce(
     from methodlab.core.errors import ConfigError
     from methodlab.core.registry import get_spec, method_slugs
 
+    if scoreboard:
+        if slug or all_methods:
+            raise ConfigError("--scoreboard takes no method: it reads every committed report", field="--scoreboard")
+        from methodlab.reproduce.scoreboard import write
+
+        console.print(f"[bold green]scoreboard[/]: {write(out_dir or 'reports')}")
+        return
     if all_methods == bool(slug):
         raise ConfigError("give one method slug or --all", field="slug")
     if quiet:  # read by runners.progress, here and in the reproduction's worker processes

@@ -71,5 +71,9 @@ def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str |
     harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, mode=mode, log=log)
     data = harness.collect(study, runs_root, tasks_root, mode=mode)
     md = report.render(study, data, out)
+    if mode != "quick":  # the scoreboard beside the reports it reads (README's table: --scoreboard)
+        from methodlab.reproduce.scoreboard import write
+
+        write(out, readme=None)
     log(f"{study.slug}: rendered {md} ({time.time() - t0:.0f} s)")
     return md

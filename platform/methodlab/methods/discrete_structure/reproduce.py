@@ -191,7 +191,7 @@ def _dev(res) -> list[str]:
             *_tab(["mechanism", "method", *(f"SHD seed {s}" for s in dev), "mean"], shd),
             "The preset's own choices (w_scale sqrt_group over the spec's unscaled W; s 1 / .9 / .8 / .7 over s = 1; "
             "the CPU step budget) were made on these seeds before this study existed; those fits and their figures "
-            "are recorded in reports/discrete_structure_calibration.json (not runs of this study, so not rendered "
+            "are recorded in reports/legacy/discrete_structure_calibration.json (not runs of this study, so not rendered "
             "here).", ""]
 
 
@@ -231,5 +231,6 @@ def plots(res, folder) -> list[str]:
 
 def study() -> Study:
     return Study(slug=SLUG, title=SLUG, arms=_arms(), claims=CLAIMS,
+                 dataset="simulated ER DAGs and the XOR triple; pgmpy asia network (report only)", real_data=False,
                  tasks=(Task("bounding", bounding, seeds="reported", needs=("A-random_cpt-mvb",)),),
                  spec_recipe=SPEC_RECIPE, sections=sections, plots=plots)

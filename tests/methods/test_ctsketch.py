@@ -222,25 +222,41 @@ def test_pools_are_disjoint_and_idx_loader_reads_gz(tmp_path):
     assert np.allclose(xtr * 255, imgs)
 
 
-def test_selected_reproduction_merges_the_previous_report():
-    """A METHODLAB_CTSKETCH_CLAIMS=D call keeps the other claims' rows and sections, puts this call's D rows first
-    and marks the previous D rows it did not rerun; merging again does not duplicate them (issue 22)."""
-    from methodlab.methods.ctsketch.reproduce import PREV, merge_previous
+def test_broken_sketch_keeps_rank_and_norm_but_not_the_program():
+    """Claim B's control (revised spec): the rank-2 sketch with its last axis permuted (seed 0) has the same rank
+    and Frobenius norm as the exact one, reads the second operand through the permutation, and is far off a + b."""
+    from methodlab.methods.ctsketch.sketch import broken
 
-    tbl = "| run | acc end |\n|---|---|\n"
-    prev = ("# r\n\nSeeds [0, 1, 2]; 18 runs\n\n## Claims\n\n| claim | value | result |\n|---|---|---|\n"
-            "| A: per-digit | 0.98 | PASS |\n| D: every seed | 0.94 | FAIL |\n| E: max-4 | 0.97 | PASS |\n\n"
-            "## Claims A / B: sum-16\n\nA table\n\n## Claim D: sum-1024\n\n" + tbl +
-            "| D-curriculum-s0 | 0.97 |\n| D-curriculum-s2 | 0.88 |\n\n## Issue 22\n\nkept text\n\n## Notes\n\n- old\n")
-    new = ("# r\n\nSeeds [0, 1, 2]; 1 runs\n\n## Claims\n\n| claim | value | result |\n|---|---|---|\n"
-           "| A: sum-16 | n/a | not run |\n| D: every seed of [2] | 0.93 | PASS |\n| E: max-4 | n/a | not run |\n\n"
-           "## Claim D: sum-1024\n\n" + tbl + "| D-curriculum-s2 | 0.93 |\n\n## Notes\n\n- new\n")
-    results = [{"name": "D-curriculum-s2", "claim": "D"}]
-    m1 = merge_previous(new, prev, {"D"}, results, "METHODLAB_CTSKETCH_CLAIMS=D")
-    m2 = merge_previous(new, m1, {"D"}, results, "METHODLAB_CTSKETCH_CLAIMS=D")
-    for m in (m1, m2):
-        assert "| A: per-digit | 0.98 | PASS |" in m and "| E: max-4 | 0.97 | PASS |" in m and "not run" not in m
-        assert m.index("| D: every seed of [2] | 0.93 | PASS |") < m.index(f"| D: every seed{PREV} | 0.94 | FAIL |")
-        assert "| D-curriculum-s2 | 0.93 |" in m and f"| D-curriculum-s2{PREV} | 0.88 |" in m
-        assert f"| D-curriculum-s0{PREV} | 0.97 |" in m and "A table" in m and "kept text" in m and "- new" in m
-        assert m.count(f"| D-curriculum-s0{PREV} |") == 1 and m.count("| D: every seed") == 2
+    for d in (10, 19):
+        sk = build_sketch("sum", d, "tt", 2, 1234)
+        bad = broken(sk, 0)
+        assert np.linalg.norm(bad.dense()) == pytest.approx(np.linalg.norm(sk.dense()))
+        assert np.linalg.matrix_rank(bad.dense(), tol=1e-6) == 2
+        perm = np.random.default_rng(0).permutation(d)
+        assert np.allclose(bad.dense(), program_tensor("sum", d)[:, perm], atol=1e-6)
+        assert bad.rel_error > 0.1 and sk.rel_error < 1e-4
+    tree = SumTree(4, "tt", 2, 1234, broken_seed=0)
+    assert all(e > 0.1 for e in tree.rel_errors)
+    with pytest.raises(ConfigError):
+        from methodlab.specs.files import load_job
+
+        load_job(None, data={"method": "ctsketch"}, smoke=True, overrides=["task=max_N", "broken_sketch_seed=0"])
+
+
+def test_control_runs_the_reference_runs_number_of_last_stage_steps(tmp_path):
+    """Claim D's control: `stage_steps_from` = the curriculum run's checkpoint; the control's last stage then runs
+    exactly that run's number of steps, whatever its own time budget (it has none)."""
+    from methodlab.core.checkpoint import latest_checkpoint
+    from methodlab.runners.local import run_local
+    from methodlab.specs.files import load_job
+
+    base = ["N=4", "curriculum=[{N: 2, max_steps: 20}, {N: 4}]", "max_steps=null", "time_budget_s=1.0",
+            "eval_every_steps=1000000", "log_every=1000000", "checkpoint_every=1000000"]
+    ref = run_local(load_job(None, data={"method": "ctsketch"}, smoke=True, overrides=base), "ref", str(tmp_path),
+                    quiet=True)
+    ck = latest_checkpoint(tmp_path / "ref" / "checkpoints")
+    ctl = run_local(load_job(None, data={"method": "ctsketch"}, smoke=True, overrides=[
+        *base, "shuffle_targets=true", f"stage_steps_from={ck}"]), "ctl", str(tmp_path), quiet=True)
+    assert ref["metrics"]["step"] > 20 and ctl["metrics"]["step"] == ref["metrics"]["step"]
+    assert ctl["metrics"]["stage0/steps"] == ref["metrics"]["stage0/steps"] == 20
+    assert ctl["metrics"]["stage0/digit_acc"] == pytest.approx(ref["metrics"]["stage0/digit_acc"])

@@ -467,25 +467,30 @@ def test_neighbor_mode_runs_end_to_end():
     assert math.isfinite(out["eval/h_score"]) and out["step"] == 5 + 4
 
 
-def test_reproduce_reruns_only_named_settings_and_carries_the_rest(tmp_path):
-    """METHODLAB_GRAPHRTA_SETTINGS path: the sections and claim rows of settings not rerun are copied from the
-    existing report and marked; the rerun settings' claims are computed from their fits (no fit runs here)."""
-    from methodlab.methods.graphrta import reproduce as R
+def test_study_claims_read_the_runs_and_render_from_data_alone(tmp_path):
+    """The harness study: each claim is a per-seed difference of the runs' own H-scores (points), the report
+    renders from the data alone (render-only gives the same markdown), and a setting with no runs is left out."""
+    from methodlab.methods.graphrta.reproduce import study
+    from methodlab.reproduce.report import Results, judge, render, render_from_json
 
-    old = ("# graphrta\n\n| claim | value (points) | result |\n|---|---|---|\n| CSBM: H(GraphRTA) >= H(source-only K+1) + 5 "
-           "| +18.0 | PASS |\n| WordNet: H(GraphRTA) >= H(source-only K+1) + 3 | +0.6 | FAIL |\n\n## csbm: target test "
-           "nodes, % (seeds [0, 1, 2])\n\n| graphrta | 82.0 |\n\n## wordnet: old\n\n## Notes\n")
-    (tmp_path / "graphrta.md").write_text(old)
-    carried = R._carried_over(tmp_path / "graphrta.md", ["csbm"])
-    assert "carried over" in carried[0]["csbm"] and "82.0" in carried[0]["csbm"] and len(carried[1]) == 1
-    res = []
-    for name, h in (("wordnet", {"graphrta": 0.60, "source_only": 0.55}), ("wordnet_dense", {"graphrta": 0.7, "source_only": 0.8})):
-        for s in (0, 1, 2):
-            for m in R.methods_of(name):
-                f = {k: 0.5 for k in R.KEYS} | {"eval/h_score": h.get(m, 0.5), "eval/pred_unknown_rate": 0.4}
-                res.append({"setting": name, "method": m, "seed": s, "final": f, "curve": [(1, 0.5)], "wall_s": 1.0})
-    text = Path(R._report(tmp_path, res, ("wordnet", "wordnet_dense"), (), (0, 1, 2), False, 1, {}, 1.0, carried)).read_text()
-    assert "| CSBM: H(GraphRTA) >= H(source-only K+1) + 5 | +18.0 | PASS |" in text
-    assert "| WordNet: H(GraphRTA) >= H(source-only K+1) + 3 | +5.0 | PASS |" in text and "| +0.6 | FAIL |" not in text
-    assert text.index("## csbm:") < text.index("## wordnet:") < text.index("## wordnet_dense")
-    assert "on this view: -10.0 points" in text and "not rerun): csbm" in text
+    st = study()
+    st.check()
+    h = {"graphrta": 0.70, "source_only": 0.60, "source_threshold": 0.705, "no_model_rp": 0.69, "no_graph_rp": 0.71}
+    runs = {}
+    for m, v in h.items():
+        for name in ("csbm", "wordnet"):
+            f = {"eval/h_score": v + (0.0 if name == "csbm" else -0.08 * (m == "graphrta")), "eval/acc_known": 0.6,
+                 "eval/acc_unknown": 0.8, "eval/acc": 0.7, "eval/pred_unknown_rate": 0.4}
+            runs[f"{name}-{m}"] = {str(s): {"key": "k", "wall_s": 1.0, "peak_rss_mb": 1.0, "started": "t", "ended": "t",
+                                            "node": None, "final": f, "history": [{"step": 1, "epoch": 3, "phase": 1,
+                                                                                   "eval/h_score": v}]}
+                                   for s in (0, 1, 2)}
+    data = {"slug": "graphrta", "quick": False, "mode": "default", "runs": runs, "tasks": {}, "recipes": {}}
+    claims = {c["id"]: c for c in judge(st, Results(data, st))}
+    assert claims["M1"]["ours"] == pytest.approx(10.0) and claims["M1"]["verdict"] == "PASS"
+    assert claims["M2"]["ours"] == pytest.approx(-0.5) and claims["M2"]["verdict"] == "PASS"
+    assert claims["M3"]["ours"] == pytest.approx(60.0) and claims["M6"]["verdict"] == "PASS"
+    assert claims["W1"]["ours"] == pytest.approx(2.0) and claims["W1"]["verdict"] == "FAIL"
+    md = render(st, data, tmp_path).read_text()
+    assert "## csbm:" in md and "## wordnet:" in md and "## wordnet_dense" not in md
+    assert render_from_json(st, tmp_path).read_text() == md

@@ -166,27 +166,56 @@ def test_collapse_regularizer_gradient_moves_penultimate_features(reg, direction
 
 
 
+def _results(runs: dict[str, list[dict]], configs: dict | None = None):
+    """Harness report data holding these histories (final = grokking_summary of the history, as fit reports it)."""
+    from methodlab.methods.grokking_flatness.reproduce import study
+    from methodlab.methods.grokking_flatness.summary import grokking_summary
+    from methodlab.reproduce.report import Results
+
+    data = {"runs": {arm: {"0": {"final": {**h[-1], **grokking_summary(h)}, "history": h}} for arm, h in runs.items()},
+            "tasks": {}, "recipes": configs or {}, "quick": False, "mode": "default"}
+    return Results(data, study())
+
+
 def test_train_accuracy_reading_is_the_same_for_t_mem_and_the_claims():
     """One reading of "train acc >= 99 % at a step" (best of the last 3 logs) for t_mem, the RF-drop filter
-    and the anti-flat check at the baseline's t_gen, whatever the log spacing."""
-    from methodlab.methods.grokking_flatness.reproduce import claims_for_seed
+    and the anti-flat check at the baseline's t_gen, whatever the log spacing; the claims' value functions."""
+    from methodlab.methods.grokking_flatness import reproduce as R
     from methodlab.methods.grokking_flatness.summary import grokking_summary, memorised, train_acc_at
 
-    def hist(train, val, every=100):
-        return [{"step": every * (i + 1), "train/accuracy": t, "val/accuracy": v, "rf": 100.0 / (i + 1), "cdnv": 1.0 / (i + 1)}
-                for i, (t, v) in enumerate(zip(train, val))]
+    def hist(train, val, every=100, cdnv=None):
+        return [{"step": every * (i + 1), "train/accuracy": t, "val/accuracy": v, "rf": 100.0 / (i + 1),
+                 "cdnv": (cdnv or 1.0) / (i + 1)} for i, (t, v) in enumerate(zip(train, val))]
 
     base = hist([0.5, 0.995, 0.2, 0.3, 0.999, 1.0, 1.0, 1.0], [0.0, 0.1, 0.1, 0.1, 0.2, 0.5, 0.96, 0.99])
     assert grokking_summary(base)["t_mem"] == 200  # first step whose reading is >= 99 %
     assert [train_acc_at(base, s) for s in (200, 300, 400, 500)] == [0.995, 0.995, 0.995, 0.999]
     assert [h["step"] for h in memorised(base)] == [200, 300, 400, 500, 600, 700, 800]
+    # CDNV 1 / k over 8 logs: at t_gen = 700 it has made (1 - 1/7) / (1 - 1/8) of its total decrease
+    assert grokking_summary(base)["cdnv_drop_frac_at_t_gen"] == pytest.approx((1 - 1 / 7) / (1 - 1 / 8))
     af = hist([0.5, 0.9, 0.7, 0.2, 0.999, 0.3, 0.3, 0.3], [0.0] * 8)  # t_gen = 700: last 3 logs 0.999, 0.3, 0.3
-    other = hist([1.0] * 8, [0.0] * 8)
-    r = claims_for_seed({"baseline": base, "anti_flat": af, "collapse_prevent": other, "collapse_encourage": other})
-    assert r["t_gen"] == 700 and r["af_train_at_tgen"] == train_acc_at(af, 700) == 0.999 and r["C_anti_flat"]
-    r = claims_for_seed({"baseline": base, "anti_flat": hist([0.5] * 3 + [0.999] + [0.3] * 5, [0.0] * 9)})
-    assert r["af_train_at_tgen"] == 0.3 and not r["C_anti_flat"]  # the 0.999 log is 4 logs back
-    r = claims_for_seed({"baseline": base, "anti_flat": af[:6]})  # the anti-flat run ended before t_gen: not read
-    assert math.isnan(r["af_val_at_tgen"]) and not r["C_anti_flat"]
-    r = claims_for_seed({"baseline": base})  # arms that did not run: their claims are absent, not failed
-    assert "C_anti_flat" not in r and "A" in r
+    prevent = hist([1.0] * 8, [0.0] * 5 + [0.96] * 3, cdnv=3.0)  # t_gen 600; CDNV 3x the baseline's
+    r = _results({"baseline": base, "anti_flat": af, "collapse_prevent": prevent})
+    assert R.ratio_a(r, 0) == 3.5 and R.af_reading(r, 0) == (0.0, 0.999) and R.af_val(r, 0) == 0.0
+    assert R.timing("collapse_prevent")(r, 0) == pytest.approx(abs(math.log2(600 / 700)))
+    assert R.cdnv_ratio("collapse_prevent")(r, 0) == pytest.approx(3.0)
+    assert R.rf_offset(r, 0) == pytest.approx(abs(grokking_summary(base)["rf_drop_step"] - 700) / 700)
+    r = _results({"baseline": base, "anti_flat": hist([0.5] * 3 + [0.999] + [0.3] * 5, [0.0] * 9)})
+    assert R.af_reading(r, 0)[1] == 0.3 and R.af_val(r, 0) == math.inf  # the 0.999 log is 4 logs back
+    r = _results({"baseline": base, "anti_flat": af[:6]})  # the anti-flat run ended before t_gen: not read (fails)
+    assert math.isnan(R.af_reading(r, 0)[0]) and R.af_val(r, 0) == math.inf
+    r = _results({"baseline": base})  # arms that did not run: their claims read None (NOT RUN), not failed
+    assert R.af_val(r, 0) is None and R.timing("collapse_prevent")(r, 0) is None and R.ratio_a(r, 0) == 3.5
+    never = _results({"baseline": hist([1.0] * 4, [0.1] * 4), "collapse_prevent": prevent})
+    assert R.ratio_a(never, 0) == 0.0 and R.timing("collapse_prevent")(never, 0) == math.inf
+
+
+def test_digits_claim_reads_every_epoch_of_the_regularized_phase():
+    """D1 is the smallest gap over the logs up to the cancel step (not the phase mean); D2 the final gap."""
+    from methodlab.methods.grokking_flatness import reproduce as R
+
+    b = [{"step": s, "val/accuracy": 0.9} for s in (5, 10, 15, 20)]
+    a = [{"step": s, "val/accuracy": v} for s, v in ((5, 0.5), (10, 0.85), (15, 0.6), (20, 0.88))]
+    r = _results({"digits-baseline": b, "digits-anti_flat": a}, {"digits-anti_flat": {"cancel_step": 15}})
+    assert [round(g, 6) for _, g in R.digits_gaps(r, 0)] == [40.0, 5.0, 30.0]
+    assert R.d_gap(r, 0) == pytest.approx(5.0) and R.d_final(r, 0) == pytest.approx(2.0)

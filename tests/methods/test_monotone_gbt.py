@@ -18,7 +18,7 @@ from methodlab.core import ConfigError, FieldError, RunContext
 from methodlab.core.checkpoint import latest_checkpoint
 from methodlab.data.monotone_gbt_synthetic import (generate, official_python_filter, onehot_groups, sample_beta,
                                                     sample_pairs)
-from methodlab.methods.monotone_gbt import jobs
+from methodlab.methods.monotone_gbt import settings
 from methodlab.methods.monotone_gbt.config import Config
 from methodlab.methods.monotone_gbt.model import (Comparisons, comparison_laplacian, embeddings, fd_check, fit_map,
                                                   gram_with_alpha, hessian, knn_laplacian, loss_and_grad, m_matrix,
@@ -184,7 +184,7 @@ def test_counter_example_violates_monotonicity():
     more = fit_map(x, Comparisons(data.a, data.b, np.array([0.6]), 3), Uniform(), solver="newton", tol=1e-13).theta
     assert more[0] < base[0] and abs(more[2] - base[2]) < 1e-12  # a's score went DOWN; c unchanged
     assert not monotonicity_test(x.T @ x, np.random.default_rng(0), 20)["good"]
-    assert jobs.monotonicity_check(Config(embedding=x.tolist(), nb_iter=20), RunContext(quiet=True))["mono/good"] == 0.0
+    assert settings.monotonicity_check(Config(embedding=x.tolist(), nb_iter=20), RunContext(quiet=True))["mono/good"] == 0.0
 
 
 def test_finite_differences_agree_with_the_m_matrix():
@@ -244,7 +244,7 @@ def test_smoke_run_and_lgbtd_beats_gbt_on_average(smoke_root):
     m = run["metrics"]
     assert math.isfinite(m["eval/sq_err"]) and 0 < m["eval/nmse"] < 1 and m["train/converged"] == 1.0
     cfg = run["config"]
-    out = jobs.sweep_synthetic(cfg, RunContext(quiet=True))  # smoke: A=10, N=50, 5 seeds
+    out = settings.sweep_synthetic(cfg, RunContext(quiet=True))  # smoke: A=10, N=50, 5 seeds
     assert out["seeds"] == 5 and out["eval/nmse/gbt_embedding"] < out["eval/nmse/gbt"]
 
 
@@ -260,15 +260,15 @@ def test_sweep_resumes_without_refitting_done_n(tmp_path):
             shutil.copytree(ck, dst)
             saved.append(dst)
 
-    full = jobs.sweep_synthetic(cfg, RunContext(quiet=True, report_fn=keep))
+    full = settings.sweep_synthetic(cfg, RunContext(quiet=True, report_fn=keep))
     calls = []
-    orig = jobs.sweep_instance
+    orig = settings.sweep_instance
     try:
-        jobs.sweep_instance = lambda *a, **k: calls.append(a) or orig(*a, **k)
+        settings.sweep_instance = lambda *a, **k: calls.append(a) or orig(*a, **k)
         ctx = RunContext(quiet=True, checkpoint=saved[0])
-        again = jobs.sweep_synthetic(cfg, ctx)
+        again = settings.sweep_synthetic(cfg, ctx)
     finally:
-        jobs.sweep_instance = orig
+        settings.sweep_instance = orig
     assert len(calls) == 3 and all(c[2] == 40 for c in calls)  # only N = 40 refitted, for its 3 seeds
     assert again["eval/nmse/gbt_embedding"] == pytest.approx(full["eval/nmse/gbt_embedding"])
 
@@ -317,7 +317,7 @@ def test_tournesol_and_triples_loaders(tmp_path):
 
             saved.append(shutil.copytree(ck, tmp_path / f"ck{len(saved)}"))
 
-    out = jobs.cv_real(cfg, RunContext(quiet=True, report_fn=keep))
+    out = settings.cv_real(cfg, RunContext(quiet=True, report_fn=keep))
     assert math.isfinite(out["eval/cv/gbt_embedding"]) and out["eval/cv/constant"] >= 0
     pred = Predictor.from_checkpoint(saved[-1])  # the last CV checkpoint serves (a sweep's best trial can be served)
     assert pred.items == ["x", "y", "z"] and pred.n_features == 2
@@ -331,7 +331,7 @@ def test_config_refuses_incomplete_real_data_and_bad_embedding():
     with pytest.raises(Exception):
         Config(embedding=[[1.0, 2.0], [1.0]])
     with pytest.raises(ConfigError):
-        jobs.monotonicity_check(Config(), RunContext(quiet=True))
+        settings.monotonicity_check(Config(), RunContext(quiet=True))
 
 
 # ---------------------------------------------------------------------------------------------- predictor

@@ -362,35 +362,64 @@ def test_predictor_serves_the_merged_network_and_checks_its_domain(smoke_root):
 
 
 # ------------------------------------------------------------------------------------------------ stubs fail
-def _fake(loss, arm, seed, acc, few, ratio):
-    return {"loss": loss, "arm": arm, "seed": seed, "final": {
-        "eval/balanced_acc": acc, "eval/acc_many": 0.9, "eval/acc_medium": 0.8, "eval/acc_few": few,
-        "eval/disc_ratio": ratio, "check/step0_max_diff": 0.0, "check/merge_max_diff": 0.0}}
+def _judge(final):
+    """The study's claims on fake final metrics: final(loss, kind, seed) -> the run's final dict."""
+    from methodlab.reproduce.report import Results, judge
+
+    st = reproduce.study()
+    runs = {f"{l}-{k}": {str(s): {"final": final(l, k, s)} for s in st.reported_seeds}
+            for l in reproduce.LOSSES for k in reproduce.KINDS}
+    return {c["id"]: c for c in judge(st, Results({"runs": runs, "tasks": {}}, st))}
+
+
+def _fake(acc, few, ratio):
+    return {"eval/balanced_acc": acc, "eval/acc_many": 0.9, "eval/acc_medium": 0.8, "eval/acc_few": few,
+            "eval/disc_ratio": ratio, "check/step0_max_diff": 0.0, "check/merge_max_diff": 0.0}
 
 
 def test_stubs_fail_the_claims():
-    seeds = (0, 1, 2)
-    # a "MORE" that keeps A, B at zero (or alpha at 0) equals its control: margins and (3) fail
-    rs = [_fake(l, a, s, 0.8, 0.5, float("nan") if a != "plain" else float("nan"))
-          for s in seeds for l in reproduce.LOSSES for a in reproduce.ARMS]
-    claims, comp, _ = reproduce._claims(rs, seeds)
-    verdict = {c: ok for c, _, _, ok in claims}
-    assert not any(ok for c, ok in verdict.items() if c.startswith("(3)"))
-    assert verdict["CE+MORE vs CE control: balanced acc (points, mean)"] is False
-    assert verdict["CE+MORE vs CE control: Few-class acc (points, mean)"] is False
-    assert verdict["LA+MORE vs LA control: Few-class acc (points, mean)"] is False
-    # a plain re-weighting: accuracy moves but the discrepancy ratio does not exceed the control's
-    rs = [_fake(l, a, s, 0.85 if a == "more" else 0.8, 0.6 if a == "more" else 0.5, 2.0)
-          for s in seeds for l in reproduce.LOSSES for a in reproduce.ARMS]
-    claims, comp, _ = reproduce._claims(rs, seeds)
-    assert not any(ok for c, _, _, ok in claims if c.startswith("(3)"))
-    assert comp["ce"]["d_all"] == pytest.approx(5.0) and comp["ce"]["ci_all"] == pytest.approx((5.0, 5.0))
+    # a "MORE" that keeps A, B at zero (or alpha at 0) equals its control: (3) and the margins fail
+    c = _judge(lambda l, k, s: _fake(0.8, 0.5, 0.6))
+    assert c["M1"]["verdict"] == c["M2"]["verdict"] == "PASS"
+    assert all(c[f"M3-{l}"]["verdict"] == "FAIL" and c[f"M3-{l}-ctl"]["verdict"] == "FAIL" for l in reproduce.LOSSES)
+    assert [c[p]["verdict"] for p in ("P1", "P2", "P4")] == ["FAIL"] * 3 and c["P3"]["verdict"] == "PASS"
+    # a plain re-weighting: accuracy moves, the discrepancy ratio does not exceed the control's
+    c = _judge(lambda l, k, s: _fake(0.85 if k == "more" else 0.8, 0.6 if k == "more" else 0.5, 2.0))
+    assert all(c[f"M3-{l}-ctl"]["verdict"] == "FAIL" for l in reproduce.LOSSES)
+    assert c["P1"]["ours"] == pytest.approx(5.0) and c["P2"]["ours"] == pytest.approx(10.0)
+    # the real thing passes every claim; a step-0 difference fails M1 on that seed
+    ok = lambda l, k, s: _fake(0.85 if k == "more" else 0.8, 0.6 if k == "more" else 0.5, 2.0 if k == "more" else 0.5)
+    assert all(v["verdict"] == "PASS" for v in _judge(ok).values())
+    c = _judge(lambda l, k, s: {**ok(l, k, s), "check/step0_max_diff": 1e-3 if s == 2 else 0.0})
+    assert c["M1"]["verdict"] == "FAIL"
+
+
+def test_the_study_renders_every_section_from_report_data(tmp_path):
+    """sections() and plots() on a full-mode data set (screen, trace, ablation, Fashion-MNIST arms), no run."""
+    from methodlab.reproduce.report import Results
+
+    st = reproduce.study()
+    hist = [{"step": e, "epoch": e, "train/alpha": 1.0, "train/loss_task": 0.1, "train/lowrank_rel": 0.1 / e,
+             "eval/disc_few": 0.01, "eval/balanced_acc": 0.8, "eval/acc_few": 0.5} for e in (1, 10, 20, 30)]
+    fin = {**_fake(0.8, 0.5, 2.0), "val/balanced_acc": 0.7, "val/acc_few": 0.4, "train/loss_task": 0.01,
+           "eval/disc_many": 0.1, "eval/disc_few": 0.2, "eval/gen_balanced_acc": 0.79, "train/lowrank_rel": 0.01}
+    from methodlab.reproduce.study import seeds_of
+
+    runs = {a.id: {str(s): {"final": fin, "history": hist, "wall_s": 3.0} for s in seeds_of(a.seeds, st)}
+            for a in st.arms}
+    md = st.sections(Results({"runs": runs, "tasks": {}, "recipes": {}, "mode": "full"}, st))
+    for text in ("## Recipe screen (development seeds 10, 11, 12", "weight decay 5e-3", "**first implementation**",
+                 "CE + MORE, a = 8, sin", "## Fashion-MNIST-LT IF 100", "| fm-ce-more | 80.0 / 80.0 / 80.0 |",
+                 "## Arms on the development seeds"):
+        assert text in md, text
+    assert st.plots(Results({"runs": runs, "tasks": {}}, st), tmp_path) == ["more_longtail.png"]
 
 
 def test_bootstrap_interval():
     lo, hi = reproduce.bootstrap_ci(np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
     assert 1.0 <= lo < 3.0 < hi <= 5.0
     assert reproduce.bootstrap_ci(np.array([2.0, 2.0])) == (2.0, 2.0)
+    assert reproduce.bootstrap_ci([None, 1.0, 3.0]) == reproduce.bootstrap_ci([1.0, 3.0])
 
 
 def test_config_rejects_inconsistent_settings():

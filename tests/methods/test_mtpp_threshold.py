@@ -259,7 +259,7 @@ def test_research_init_matches_the_research_code():
 def test_easytpp_json_and_csv_loaders_round_trip(tmp_path):
     from methodlab.core import ConfigError, RunContext
     from methodlab.data.event_sequences import load_sequence_files, read_sequence_file
-    from methodlab.methods.mtpp_threshold.jobs import simulate
+    from methodlab.methods.mtpp_threshold.settings import simulate
 
     cfg = Config.model_validate({"n_train": 5, "n_val": 3, "n_test": 3, "seq_events": 6, "simulate_out": str(tmp_path / "sim")})
     simulate(cfg, RunContext())
@@ -340,12 +340,12 @@ def test_predictor_domain_and_outputs(smoke_root):
         TypeAdapter(spec).validate_python({"history": [{"time": 0.0, "mark": 5}]})
 
 
-# ---- issue 22: the flights diagnosis (ceiling features, report merging, spread subsets) -------------------------
+# ---- issue 22: the flights diagnosis (ceiling features, spread subsets) and the study's claims -------------------------
 def test_ceiling_history_features_see_only_the_history():
     """Row i (target = event i + 1) must not change when the target event or anything after it changes."""
     from types import SimpleNamespace
 
-    from methodlab.methods.mtpp_threshold.ceiling import history_features
+    from methodlab.methods.mtpp_threshold.diagnostics import history_features
 
     rng = np.random.default_rng(0)
     t = np.cumsum(rng.exponential(1.0, 12))
@@ -360,26 +360,27 @@ def test_ceiling_history_features_see_only_the_history():
     assert not np.array_equal(X[6:], X2[6:])  # the later rows do see the change (the test can fail)
 
 
-def test_claim_rerun_replaces_only_its_own_report_parts(tmp_path):
+def test_study_claims_read_the_runs_final_metrics():
+    """The harness study's claims are computed from what fit returns (no figure from outside the runs): the
+    Hawkes gains, the MAE ratio, the calibration errors and the flights gain, per seed; a missing run reads None."""
     from methodlab.methods.mtpp_threshold import reproduce as R
+    from methodlab.reproduce.report import Results, judge
 
-    report = tmp_path / "r.md"
-    report.write_text("\n".join([
-        "# x", "", "| claim | result | per seed |", "|---|---|---|", "| Hawkes: keep | **PASS** | +0.1 |",
-        f"| {R.FLIGHTS_CLAIM} | **FAIL** | -0.009 |", "", "## NYC flights (old)", "", "old table", "",
-        "![plot](p.png)", "", "## Per-seed details", "", "| hawkes | ifn | 0 | keep |", "| flights | ifn | 0 | old |",
-        "| flights | lnm | 0 | old |", ""]))
-    keys = ["macro_f1", "macro_f1_argmax", "rare_f1", "rare_f1_argmax", "micro_f1", "micro_f1_argmax", "mae",
-            "mae_argmax", "macro_f1_timefirst", "rare_f1_timefirst", "micro_f1_timefirst", "mae_timefirst", "nll"]
-    run = {**{f"test/{k}": 0.1 for k in keys}, "test/macro_f1": 0.2, "epoch": 10, "_seconds": 1.0}
-    for _ in range(2):  # idempotent
-        R._merge_flights(report, {"ifn": [run], "lnm": [run]}, [0], "today")
-        R._merge_diag(report, ["<!-- issue22: flights diagnosis -->", "diag", "<!-- end issue22: flights diagnosis -->"])
-    text = report.read_text()
-    assert "| Hawkes: keep | **PASS** | +0.1 |" in text and "| hawkes | ifn | 0 | keep |" in text
-    assert f"| {R.FLIGHTS_CLAIM} | **PASS** | +0.100" in text
-    assert "old table" not in text and "| old |" not in text
-    assert text.count("| flights |") == 2 and text.count("diag\n") == 1 and text.count("## NYC flights") == 1
+    hk = {"test/macro_f1": 0.30, "test/macro_f1_argmax": 0.15, "test/rare_f1": 0.25, "test/rare_f1_argmax": 0.0,
+          "test/micro_f1": 0.50, "test/micro_f1_argmax": 0.60, "test/mae": 0.9, "test/mae_timefirst": 1.0}
+    po = {**{f"test/mean_p_m{m}": p for m, p in enumerate((0.6, 0.25, 0.1, 0.04, 0.01))},
+          **{f"test/freq_m{m}": p for m, p in enumerate((0.59, 0.25, 0.1, 0.04, 0.02))}, "test/mean_expected_gap": 1.03}
+    fl = {"test/macro_f1": 0.05, "test/macro_f1_argmax": 0.055}
+    run = lambda f: {"0": {"final": f, "history": [], "wall_s": 1.0}}  # noqa: E731
+    data = {"quick": True, "mode": "quick", "runs": {"hawkes-ifn": run(hk), "poisson-ifn": run(po),
+                                                     "flights-ifn": run(fl)}, "tasks": {}, "recipes": {}}
+    got = {c["id"]: (c["ours"], c["verdict"]) for c in judge(R.study(), Results(data, R.study()))}
+    assert got["H1"][0] == pytest.approx(0.15) and got["H1"][1] == "PASS"
+    assert got["H2"][0] == pytest.approx(0.25) and got["H3"][0] == pytest.approx(0.10) and got["H3"][1] == "PASS"
+    assert got["H4"][0] == pytest.approx(0.9) and got["C1"][0] == pytest.approx(0.01) and got["C1"][1] == "PASS"
+    assert got["C2"][0] == pytest.approx(0.03) and got["F1"][0] == pytest.approx(-0.005) and got["F1"][1] == "FAIL"
+    data["runs"].pop("flights-ifn")
+    assert {c["id"]: c["verdict"] for c in judge(R.study(), Results(data, R.study()))}["F1"] == "NOT RUN"
 
 
 def test_spread_subset_keeps_sequences_from_the_whole_split():

@@ -21,7 +21,7 @@ from methodlab.methods.ugodit.data import build_problems, natural_problem
 from methodlab.methods.ugodit.model import BatchStatNorm, crop, pad_to
 from methodlab.methods.ugodit.operators import motion_kernel, response
 from methodlab.methods.ugodit.predictor import Predictor
-from methodlab.methods.ugodit.reproduce import claims
+from methodlab.methods.ugodit import reproduce
 from tests.smoke import smoke_run
 
 torch.set_num_threads(1)
@@ -194,19 +194,64 @@ def test_config_rejects_bad_sizes():
         Config(data="fastmri")
 
 
+def _results(curves: dict, trivial: float, seeds=(0, 1, 2), tasks: dict | None = None):
+    """Report data for the study: every arm of every task / seed with the given EMA PSNR at 50 / 150 / 400."""
+    from methodlab.reproduce.report import Results
+
+    st = reproduce.study()
+    runs = {}
+    for arm in st.arms:
+        a = arm.id.split("-")[0]
+        c = curves.get(a, curves["aseqdip"])
+        for s in seeds + (10, 11, 12):
+            hist = [{"step": i, "eval/psnr": v, "eval/ssim": 0.5} for i, v in sorted(c.items())]
+            runs.setdefault(arm.id, {})[str(s)] = {
+                "wall_s": 1.0, "peak_rss_mb": 1.0, "started": "2026-01-01T00:00:00Z", "ended": "2026-01-01T00:00:01Z",
+                "key": arm.id, "history": hist, "final": {"eval/psnr": c[400], "eval/psnr_150": c[150],
+                                                          "eval/psnr_last": c[400], "eval/trivial_psnr": trivial,
+                                                          "eval/fit_seconds": 1.0, "train/seconds": 2.0,
+                                                          "train/loss": 0.1}}
+    return st, Results({"runs": runs, "tasks": tasks or {}, "recipes": {}}, st)
+
+
 def test_stubs_fail_the_claims():
-    def res(curves: dict, trivial: float):
-        return {"trivial_psnr": trivial, "arms": {a: {"curve": [{"iteration": i, "psnr_ema": v, "ssim_ema": 0.5}
-                                                                for i, v in c.items()]} for a, c in curves.items()}}
-    good = {"ugodit": {150: 25.0, 400: 27.0}, "aseqdip": {150: 23.0, 400: 27.0}, "dip": {150: 22.0, 400: 26.0},
-            "random_encoder": {150: 23.5, 400: 26.5}}
-    assert all(c["pass"] for c in claims([res(good, 20.0)], "sr"))
-    copy = {**good, "ugodit": dict(good["aseqdip"])}  # an arm that copies aSeqDIP fails claim 1
-    assert not claims([res(copy, 20.0)], "sr")[0]["pass"]
-    untrained = {**good, "random_encoder": dict(good["ugodit"])}  # no gap to a random encoder: claim 3 fails
-    assert not claims([res(untrained, 20.0)], "sr")[2]["pass"]
-    trivial = {a: {150: 20.0, 400: 20.0} for a in good}  # returns the bilinear image: claim 4 fails
-    assert not any(c["pass"] for c in claims([res(trivial, 20.0)], "sr")[3:])
+    from methodlab.reproduce.report import judge
+
+    good = {"ugodit": {50: 20.0, 150: 25.0, 400: 27.0}, "aseqdip": {50: 19.0, 150: 23.0, 400: 27.0},
+            "dip": {50: 19.0, 150: 22.0, 400: 26.0}, "random_encoder": {50: 19.0, 150: 23.5, 400: 26.5}}
+
+    def verdicts(curves, trivial=20.0):
+        st, res = _results(curves, trivial)
+        return {c["id"]: c["verdict"] for c in judge(st, res)}
+
+    assert set(verdicts(good).values()) == {"PASS"} and len(verdicts(good)) == 10
+    v = verdicts({**good, "ugodit": dict(good["aseqdip"])})  # an arm that copies aSeqDIP fails claim 1
+    assert v["MRI-1"] == v["SR-1"] == "FAIL"
+    v = verdicts({**good, "random_encoder": dict(good["ugodit"])})  # no gap to a random encoder: claim 3 fails
+    assert v["MRI-3"] == v["SR-3"] == "FAIL"
+    v = verdicts({a: {50: 20.0, 150: 20.0, 400: 20.0} for a in good})  # returns the trivial image: claim 4 fails
+    assert all(v[f"{t}-{c}"] == "FAIL" for t in ("MRI", "SR") for c in ("4a", "4b"))
+
+
+def test_the_study_renders_every_section_from_report_data(tmp_path):
+    """sections() and plots() on a full (default-mode) data set, diagnostic Tasks included, without any run."""
+    curves = {"ugodit": {10: 12.0, 50: 20.0, 150: 25.0, 400: 27.0}, "aseqdip": {10: 12.0, 50: 19.0, 150: 23.0, 400: 27.0},
+              "dip": {10: 12.0, 50: 19.0, 150: 22.0, 400: 26.0}, "random_encoder": {10: 12.0, 50: 19.0, 150: 23.5, 400: 26.5}}
+    labels = ("aseqdip", "random_encoder", "ugodit@800", "ugodit@800+trainable", "ugodit@1600", "ugodit@2400",
+              "oracle@800", "ugodit@800+warm decoder")
+    doc = {"table": {lab: {str(i): {"psnr_ema": 20.0 + k, "psnr": 21.0} for i in (5, 10, 25, 50, 100, 150)}
+                     for k, lab in enumerate(labels)}, "fit_seconds": {lab: 1.0 for lab in labels},
+           "train": {"transfer": [{"iterations": 800, "seconds": 5.0}]}, "lr": 3e-4, "train_iterations": 800,
+           "long_iterations": [1600, 2400], "fit_iterations": 150, "wall_seconds": 9.0}
+    tasks = {f"diag-{t}": {str(s): doc for s in (10, 11, 12)} for t in ("mri", "sr")}
+    st, res = _results(curves, 20.0, tasks=tasks)
+    md = st.sections(res)
+    for text in ("## Calibration", "### Development seeds", "Why claims 1 and 3 miss or pass on SR x2",
+                 "oracle: E trained 800 it WITH the test measurement", "Seed spread", "lambda", "### deblur_nonlinear",
+                 "### SR x2, Fashion-MNIST"):
+        assert text in md, text
+    assert "| 0.0003 (the jobs' lr) (best) | 27.00 |" not in md  # res.config is empty here: no jobs' lr marker
+    assert st.plots(res, tmp_path) == ["ugodit.png"] and (tmp_path / "ugodit.png").exists()
 
 
 def test_predictor_domain(smoke_root):
@@ -270,13 +315,13 @@ def test_issue29_diagnostic_arms_on_sr():
     over = {k: v for k, v in TINY_SR.items() if k not in ("task", "train_iterations", "test_iterations", "log_every")}
     spec = {"task": "sr", "seed": 10, "train": 4, "longs": (6,), "fit": 5, "over": over}
     tr, orc = dg.job({**spec, "kind": "transfer"}), dg.job({**spec, "kind": "oracle"})
-    test_name = build_problems(dg._cfg("sr", 10, **over))["test"].name
+    test_name = build_problems(dg.config("sr", 10, **over))["test"].name
     assert test_name in orc["train"][0]["images"] and test_name not in tr["train"][0]["images"]
     assert [f["label"] for f in tr["fits"]] == ["ugodit@4", "ugodit@4+trainable", "ugodit@4+warm decoder", "ugodit@6"]
     assert [r["iterations"] for r in tr["train"]] == [4, 6] and [f["label"] for f in orc["fits"]] == ["oracle@4"]
     curve = {f["label"]: [r["psnr"] for r in f["curve"]] for f in tr["fits"]}
     assert curve["ugodit@4+warm decoder"] != curve["ugodit@4"]
-    cfg = dg._cfg("sr", 10, **{**over, "test_lr": 1e-12})
+    cfg = dg.config("sr", 10, **{**over, "test_lr": 1e-12})
     probs = build_problems(cfg)
     st = TrainState(cfg, probs["train"], 10)
     st.train_step()
@@ -306,7 +351,7 @@ def test_training_and_test_fit_take_mixed_precision(precision, tiny):
 
 
 def test_an_explicit_cpu_context_changes_nothing():
-    """TrainState with the run's (fp32, CPU) context takes the same steps as the plain call of reproduce.py."""
+    """TrainState with the run's (fp32, CPU) context takes the same steps as the plain call of diagnostics.py."""
     cfg = Config(**{**TINY_MRI, "train_iterations": 4})
     probs = build_problems(cfg)
     a = TrainState(cfg, probs["train"], 0)

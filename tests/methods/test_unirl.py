@@ -178,7 +178,7 @@ def test_stored_dataset_digest():
 
 
 def test_make_dataset_writes_d4rl_files(tmp_path, monkeypatch):
-    from methodlab.methods.unirl.make_dataset import fit_make_dataset
+    from methodlab.methods.unirl.settings import fit_make_dataset
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     gen = {"out_dir": str(tmp_path), "total_env_steps": 1500, "n_transitions": 300, "medium_bar": -1e9,
@@ -322,44 +322,51 @@ def test_resume_restores_replay_and_reference(tmp_path):
 
 # --- reproduction ----------------------------------------------------------------------------------
 
-def test_reproduce_claim_a_defaults_to_the_spec_setting_and_claims_select_runs(tmp_path, monkeypatch):
-    """Issue 22 item 2: `methodlab reproduce unirl` runs Claim A at the spec's setting (256x256, 20k steps, an
-    evaluation every 5k); the reduced one is explicit; METHODLAB_UNIRL_CLAIMS=A runs only SQL and BC offline."""
-    from methodlab.methods.unirl import reproduce as R
+def test_reproduce_study_runs_the_spec_setting_and_reads_claims_at_its_steps(tmp_path):
+    """Issue 44: Claim A at the spec's setting (256x256, 20k steps, an evaluation every 5k), Claims B and C read at
+    the spec's 15k env steps; the resume arm continues from the first arm's checkpoint; --quick is reduced."""
+    from methodlab.methods.unirl.reproduce import CLAIMS, resume_passed, study
+    from methodlab.reproduce.harness import load_arm
+    from methodlab.reproduce.report import Results
 
-    off = [o for n, _, o in R._jobs(R.SCALE["full"]) if n in ("sql_offline", "bc_offline")]
-    assert len(off) == 6 and all(o["hidden"] == [256, 256] and o["max_steps"] == 20000 and o["eval_every"] == 5000
-                                 for o in off)
-    assert R.SCALE["reduced"]["offline_steps"] == 8000
-    ran = []
-    monkeypatch.setattr(R, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(R, "ProcessPoolExecutor", None)  # must not be needed: every selected run is cached below
-    for name, seed, over in R._jobs(R.SCALE["quick"]):
-        if R.CLAIMS_OF[name] & {"A"}:
-            ran.append(name)
-            h = [{"step": s, "eval/normalized_score": (80.0 if name == "sql_offline" else 0.0), "eval/return": -300.0}
-                 for s in (1, 2, 3)]
-            p = R._cache_path((name, seed, over))
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(json.dumps({"name": name, "seed": seed, "config": over, "history": h, "wall": 1.0}))
-    assert sorted(set(ran)) == ["bc_offline", "sql_offline"]
-    prev = tmp_path / "unirl.md"
-    prev.write_text("| B online | final return | -1 / -2 / -3 | -2.0 | - | - | PASS |\n"
-                    '<!-- unirl-rows {"B": "yesterday"} -->\n')
+    st = study()
+    st.check()
+    for arm in ("sql", "bc"):
+        cfg = load_arm(st.arm(arm), 0, "default")[0].config
+        assert cfg.hidden == [256, 256] and cfg.max_steps == 20000 and cfg.eval_every == 5000
+    for arm in ("online", "online-ref_buffer"):
+        cfg = load_arm(st.arm(arm), 0, "default")[0].config
+        assert cfg.hidden == [256, 256] and cfg.online_steps == 15000 and cfg.regime == "online"
+    assert load_arm(st.arm("online-ref_buffer"), 0, "default")[0].config.ref_mode == "buffer"
+    assert load_arm(st.arm("sql"), 0, "quick")[0].config.hidden == [64, 64]
+    assert st.arm("resume-second").needs == (("resume-first", "resume_from"),)
+    assert {c.id for c in CLAIMS} >= {"A1", "A2", "B", "C1", "C2", "S1", "S2", "S3", "S4", "R"}
+    ok = {"resume/step": 2000.0, "resume/replay_size": 2000.0, "resume/replay_kept": 1.0, "resume/pi_ref_restored": 1.0}
+    data = {"runs": {"resume-second": {"0": {"final": ok, "history": []}, "1": {"final": {**ok, "resume/step": 0.0},
+                                                                                  "history": []}}},
+            "tasks": {}, "recipes": {"resume-first": {"online_steps": 2000}}, "quick": False, "mode": "default"}
+    r = Results(data, st)
+    assert resume_passed(r, 0) == 4.0 and resume_passed(r, 1) == 3.0 and resume_passed(r, 2) is None
 
-    class Inline:  # runs the cached jobs in-process
-        def __init__(self, *a, **k): ...
-        def __enter__(self): return self
-        def __exit__(self, *a): ...
-        def submit(self, fn, job):
-            from concurrent.futures import Future
-            f = Future(); f.set_result(fn(job)); return f
 
-    monkeypatch.setattr(R, "ProcessPoolExecutor", Inline)
-    text = Path(R.main(out_dir=str(tmp_path), quick=True, claims="A")).read_text()
-    assert "| A offline | norm. score, mean of last 3 evals | 80.0 / 80.0 / 80.0 | 80.0 | BC 0.0 / 0.0 / 0.0 |" in text
-    assert "PASS (>= 75 and >= BC + 40)" in text
-    assert "| B online | final return | -1 / -2 / -3 |" in text and "B yesterday (carried over" in text
+def test_resume_from_another_runs_checkpoint_keeps_its_replay_and_pi_ref(tmp_path):
+    """The resume arm's mechanism: a run stopped at 2,000 env steps (its buffer full at that size) continued by a
+    second run with online_steps 3,000 and resume_from: it starts at 2,000, the saved transitions stay first in
+    its (larger) buffer, pi_ref is the saved one."""
+    from methodlab.core.checkpoint import latest_checkpoint
+    from methodlab.runners.local import run_local
+    from methodlab.specs.files import load_job
+
+    small = ["hidden=[16,16]", "batch_size=64", "eval_episodes=1", "start_steps=100", "eval_every=100",
+             "checkpoint_every=100"]
+    first = run_local(load_job("jobs/unirl/online.yaml", overrides=[*small, "online_steps=200"]), "first",
+                      str(tmp_path), quiet=True)
+    ck = latest_checkpoint(Path(first["run_dir"]) / "checkpoints")
+    second = run_local(load_job("jobs/unirl/online.yaml", overrides=[*small, "online_steps=300", f"resume_from={ck}"]),
+                       "second", str(tmp_path), quiet=True)
+    m = second["metrics"]
+    assert m["step"] == 300 and m["resume/step"] == 200 and m["resume/replay_size"] == 200
+    assert m["resume/replay_kept"] == 1.0 and m["resume/pi_ref_restored"] == 1.0
 
 
 def test_data_parallel_replay_shards_make_up_the_one_worker_batch():

@@ -284,7 +284,7 @@ def test_mp100_loader_and_annotation_count_check(tmp_path):
 def test_stubs_fail_pck_and_sanity(smoke_data):
     """Mean-shape predictions and the support copy fall short of a perfect predictor under articulation; a random
     keyness score is at chance in the sanity check's windows."""
-    from methodlab.methods.weakshot_keypoint.sanity import _topk_hits
+    from methodlab.methods.weakshot_keypoint.evaluate import _topk_hits
 
     data = smoke_data
     c = data.novel_classes[0]
@@ -299,6 +299,21 @@ def test_stubs_fail_pck_and_sanity(smoke_data):
     kps = torch.rand(400, 3, 2, generator=g) * 15
     hits, chance = _topk_hits(torch.randn(400, 16, 16, generator=g), kps, torch.ones(400, 3, dtype=torch.bool), 5, g)
     assert abs(float(hits.mean()) - float(chance.mean())) < 0.05
+
+
+def test_eval_stage_reports_the_sanity_checks_when_asked(smoke):
+    """stage eval + sanity_checks (the base-only arm of the reproduction): the sanity/* metrics of the heads come
+    back with the PCK figures, each a share in [0, 1]; without the flag none is reported."""
+    from methodlab.methods.weakshot_keypoint.train import fit
+
+    ck = latest_checkpoint(Path(smoke["run_dir"]) / "checkpoints")
+    cfg = smoke["config"].model_copy(update={"stage": "eval", "init_from": str(ck), "sanity_checks": True})
+    out = fit(cfg, RunContext(quiet=True))
+    for k in ("keyness_top3", "keyness_chance", "harris_top3", "corr_top1", "identity_copy", "corr_chance"):
+        assert 0.0 <= out[f"sanity/{k}"] <= 1.0
+    assert out["sanity/keyness_n"] > 0 and out["sanity/corr_n"] > 0 and 0.0 <= out["eval/pck@0.2"] <= 1.0
+    quiet = fit(cfg.model_copy(update={"sanity_checks": False}), RunContext(quiet=True))
+    assert not any(k.startswith("sanity/") for k in quiet)
 
 
 # ------------------------------------------------------------------------------------------- resume

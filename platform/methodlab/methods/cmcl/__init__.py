@@ -11,6 +11,6 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
+    reproduce=f"{_PKG}.reproduce:study",
     family="core",
 )

@@ -12,7 +12,7 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
+    reproduce=f"{_PKG}.reproduce:study",
     settings={"sketch_only": f"{_PKG}.train:fit_sketch_only", "baseline.exact": f"{_PKG}.train:fit_exact",
               "baseline.exact_conv": f"{_PKG}.train:fit_exact_conv", "baseline.indecater": f"{_PKG}.train:fit_indecater"},
     single_worker_settings={

@@ -56,6 +56,10 @@ class Config(MethodConfig):
     rank: int | None = Field(None, ge=1, le=64, description="Sketch rank; None: 2 for sum_N, 10 (exact) for max_N.")
     sketch_seed: int = Field(1234, description="Seed of the randomized sketch (best of two draws is kept).")
     sigma_floor: float = Field(4.0, gt=0.0, le=1000.0, description="Floor of the Gaussian re-discretisation width.")
+    broken_sketch_seed: int | None = Field(
+        None, description="Claim B's broken control (sum_N): every level's sketch with its last axis (the second "
+                          "operand's) permuted by a fixed random permutation of this seed: same rank and Frobenius "
+                          "norm, the wrong program. None: the real sketch.")
 
     # --- optimisation --------------------------------------------------------------------------------
     loss: Literal["l1", "l2", "smooth_l1"] = Field("l1", description="Loss on the expected sum (sum_N); max_N always uses NLL.")
@@ -65,6 +69,10 @@ class Config(MethodConfig):
     max_steps: int | None = Field(None, ge=1, description="Cap on optimizer steps (all stages together).")
     time_budget_s: float | None = Field(None, gt=0.0, description="Cap on training wall time (evaluations excluded).")
     curriculum: list[Stage] | None = Field(None, description="Size curriculum, e.g. [{N: 16, max_steps: 1000}, {N: 1024}].")
+    stage_steps_from: str | None = Field(
+        None, description="A finished run's checkpoint folder: the last stage runs exactly as many steps as that "
+                          "run's last stage did, with no time budget (Claim D's control: the curriculum run's number "
+                          "of N=1024 steps). None: the stage's own length and the budget.")
     indecater_samples: int = Field(10, ge=1, le=1000, description="IndeCateR: samples S per sequence.")
 
     # --- logging -------------------------------------------------------------------------------------
@@ -82,6 +90,8 @@ class Config(MethodConfig):
         if self.algorithm == "exact" and self.max_N_seen() > 4:
             raise ValueError(f"algorithm=exact needs N <= 4: the full joint table for N={self.max_N_seen()} needs "
                              f"{exact_table_bytes(self.max_N_seen())} per sample in float32 (4 x 10^N bytes)")
+        if self.broken_sketch_seed is not None and (self.task != "sum_N" or self.algorithm != "ctsketch"):
+            raise ValueError("broken_sketch_seed: only for the sketched sum tree (task sum_N, algorithm ctsketch)")
         if self.curriculum is not None:
             if not self.curriculum:
                 raise ValueError("curriculum: give at least one stage or null")

@@ -213,6 +213,25 @@ def build_sketch(kind: str, d: int, method: str, rank: int, seed: int) -> Sketch
     return _check(min(draws, key=lambda s: s.rel_error))
 
 
+def broken(sk: Sketch, seed: int) -> Sketch:
+    """Claim B's broken control: the sketch with its last axis (the second operand's, of a 2-D numeric table)
+    permuted by a fixed random permutation of `seed`: T_hat'[a, b] = T_hat[a, perm(b)], so the same rank and
+    Frobenius norm, the wrong program. Its rel_error is measured against the true table."""
+    if sk.categorical:
+        raise ValueError("broken sketch: numeric (2-D) tables only")
+    perm = np.random.default_rng(seed).permutation(sk.shape[1])
+    p = dict(sk.parts)
+    if sk.method == "tt":
+        p["G2"] = p["G2"][:, perm, :]
+    elif sk.method == "cp":
+        p["F1"] = p["F1"][perm]
+    else:
+        p["U1"] = p["U1"][perm]
+    out = Sketch(sk.method, sk.shape, p)
+    out.rel_error = _rel_error(program_tensor("sum", sk.shape[0]), out)
+    return _check(out)
+
+
 def _check(sk: Sketch) -> Sketch:
     if not math.isfinite(sk.rel_error) or not all(np.isfinite(v).all() for v in sk.parts.values()):
         # the official script silently skips training on a NaN sketch; fail loudly instead

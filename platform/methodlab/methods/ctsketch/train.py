@@ -58,7 +58,8 @@ def _tree(cfg: Config, n: int, ctx: RunContext | None = None):
         return None  # the baselines compute their own output distributions
     progress = ctx.progress if ctx is not None else (lambda items, **_: items)
     device = ctx.device if ctx is not None else None
-    return make_tree(cfg.task, n, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, progress, device)
+    return make_tree(cfg.task, n, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, progress, device,
+                     cfg.broken_sketch_seed)
 
 
 def fit_sketch_only(cfg: Config, ctx: RunContext) -> dict:
@@ -66,7 +67,7 @@ def fit_sketch_only(cfg: Config, ctx: RunContext) -> dict:
     ctx.limit_threads(cfg.torch_threads)
     t0 = time.perf_counter()
     tree = make_tree(cfg.task, cfg.N, cfg.method, cfg.sketch_rank, cfg.sketch_seed, cfg.sigma_floor, ctx.progress,
-                     ctx.device)
+                     ctx.device, cfg.broken_sketch_seed)
     build = time.perf_counter() - t0
     errs = tree.rel_errors
     m = {"step": 0, "sketch/build_s": build, "sketch/rel_err_max": max(errs), "val/digit_acc": float("nan"),
@@ -112,6 +113,16 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             end = min(end, cfg.max_steps)
         bounds.append((start, end))
         start = end
+    budget_s = cfg.time_budget_s
+    if cfg.stage_steps_from:  # a control: the last stage runs as many steps as the reference run's did
+        budget_s = None
+        ref = int(load_checkpoint(cfg.stage_steps_from, method=SLUG).state["step"])
+        if ref <= bounds[-1][0]:
+            from methodlab.core import ConfigError
+
+            raise ConfigError(f"{cfg.stage_steps_from}: that run stopped at step {ref}, before this run's last "
+                              f"stage starts (step {bounds[-1][0]})", field="config.stage_steps_from")
+        bounds[-1] = (bounds[-1][0], ref)
     step, train_s, best, best_w, last_eval = 0, 0.0, None, None, {}
     stage_log: list[dict] = []
     if ctx.checkpoint is not None:
@@ -153,7 +164,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         next_eval_t = (math.floor(train_s / cfg.eval_every_s) + 1) * cfg.eval_every_s
     while True:
         i = next((k for k, (a, b) in enumerate(bounds) if a <= step < b), None)
-        budget_out = cfg.time_budget_s is not None and train_s >= cfg.time_budget_s
+        budget_out = budget_s is not None and train_s >= budget_s
         if i is None or budget_out:
             break
         tree, seqs = stage_data(i)
@@ -184,9 +195,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         step += 1
         train_s += time.perf_counter() - t0
         loss_sum, loss_n = loss_sum + loss.detach().double(), loss_n + 1
-        done = step >= bounds[-1][1] or (cfg.time_budget_s is not None and train_s >= cfg.time_budget_s)
+        done = step >= bounds[-1][1] or (budget_s is not None and train_s >= budget_s)
         timed = cfg.eval_every_s is not None and train_s >= next_eval_t
-        if cfg.time_budget_s is not None or cfg.eval_every_s is not None:  # step-only decisions agree already
+        if budget_s is not None or cfg.eval_every_s is not None:  # step-only decisions agree already
             done, timed = _agree_across_ranks([done, timed], ctx)
         evaluate_now = step % cfg.eval_every_steps == 0 or timed or done
         if not (evaluate_now or step % cfg.log_every == 0):

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from methodlab.methods.ctsketch.sketch import Sketch, build_sketch
+from methodlab.methods.ctsketch.sketch import Sketch, broken, build_sketch
 
 
 def level_dims(depth: int) -> list[int]:
@@ -36,12 +36,14 @@ def depth_of(n: int) -> int:
 
 class SumTree:
     def __init__(self, n: int, method: str = "tt", rank: int = 2, seed: int = 1234, sigma_floor: float = 4.0,
-                 progress=_no_progress, device=None):
+                 progress=_no_progress, device=None, broken_seed: int | None = None):
         self.n, self.depth, self.sigma_floor = n, depth_of(n), sigma_floor
         self.dims = level_dims(self.depth)
         # one sketch per level; the top levels of N = 1024 (d up to 4,609) take most of the ~20 s
         levels = progress(self.dims[:-1], total=self.depth, desc=f"sketching the {n}-digit sum tree", unit="level")
         self.sketches: list[Sketch] = [build_sketch("sum", d, method, rank, seed) for d in levels]
+        if broken_seed is not None:  # Claim B's control: every level's sketch with its last axis permuted
+            self.sketches = [broken(sk, broken_seed) for sk in self.sketches]
         if device is not None:  # the cores live on the run's device (copied once, here)
             for sk in self.sketches:
                 sk.to(device)
@@ -95,11 +97,11 @@ class MaxTree:
 
 
 def make_tree(task: str, n: int, method: str, rank: int, seed: int, sigma_floor: float, progress=_no_progress,
-              device=None):
+              device=None, broken_seed: int | None = None):
     """`progress(iterable, total=, desc=, unit=)` wraps the per-level sketching (RunContext.progress in a run);
-    the sketches' torch cores are placed on `device` (the run's) once."""
+    the sketches' torch cores are placed on `device` (the run's) once; `broken_seed`: Claim B's permuted control."""
     if task == "sum_N":
-        return SumTree(n, method, rank, seed, sigma_floor, progress, device)
+        return SumTree(n, method, rank, seed, sigma_floor, progress, device, broken_seed)
     return MaxTree(n, method, rank, seed, device)
 
 

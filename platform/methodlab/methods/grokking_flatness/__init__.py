@@ -11,8 +11,8 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
-    settings={"measure": f"{_PKG}.measure:fit_measure"},
+    reproduce=f"{_PKG}.reproduce:study",
+    settings={"measure": f"{_PKG}.settings:fit_measure"},
     single_worker_settings={
         "measure": "measures a trained checkpoint's flatness once: no training to split",
     },

@@ -80,6 +80,8 @@ class Config(MethodConfig):
     checkpoint_every: int = Field(1000, ge=1)
     stop_at_val_acc: float | None = Field(None, gt=0.0, le=1.0, description="Stop stop_after_steps after val acc reaches this.")
     stop_after_steps: int = Field(100, ge=0)
+    stop_not_before: int = Field(0, ge=0, description="stop_at_val_acc never stops the run before this step (the "
+                                 "reproduction's collapse arms: the baseline's horizon, so both runs end at one step).")
     measure_from: str | None = Field(None, description="Setting 'measure': checkpoint directory to re-measure.")
     torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this (None: the job's).")
 

@@ -44,6 +44,21 @@ def steepest_log_drop(history: list[dict], key: str, where=None) -> int:
     return best_step
 
 
+def value_at(history: list[dict], key: str, step: int) -> float:
+    """`key` at the last log at or before `step` (nan: no such log)."""
+    rows = [h[key] for h in history if h["step"] <= step and key in h]
+    return float(rows[-1]) if rows else float("nan")
+
+
+def cdnv_drop_before(history: list[dict], t_gen: int) -> float:
+    """Share of CDNV's total decrease (first log -> the run's minimum) already made at t_gen (spec, Claim B);
+    -1 when the run has no t_gen or CDNV never decreased."""
+    rows = [h["cdnv"] for h in history if "cdnv" in h]
+    if t_gen < 0 or not rows or rows[0] <= min(rows):
+        return -1.0
+    return (rows[0] - value_at(history, "cdnv", t_gen)) / (rows[0] - min(rows))
+
+
 def grokking_summary(history: list[dict]) -> dict:
     t_mem = first_step(history, "train/accuracy", 0.99, window=TRAIN_WINDOW)
     t_gen = first_step(history, "val/accuracy", 0.95)
@@ -53,4 +68,5 @@ def grokking_summary(history: list[dict]) -> dict:
         "delay": t_gen - t_mem if t_mem >= 0 and t_gen >= 0 else -1,
         "rf_drop_step": steepest_log_drop(memorised(history), "rf"),
         "cdnv_drop_step": steepest_log_drop(history, "cdnv"),
+        "cdnv_drop_frac_at_t_gen": cdnv_drop_before(history, t_gen),
     }

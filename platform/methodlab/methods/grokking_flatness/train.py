@@ -135,7 +135,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     last_log, stop_at = (history[-1]["step"] if history else 0), None
     for h in history:
         if cfg.stop_at_val_acc and h["val/accuracy"] >= cfg.stop_at_val_acc and stop_at is None:
-            stop_at = h["step"] + cfg.stop_after_steps
+            stop_at = max(h["step"] + cfg.stop_after_steps, cfg.stop_not_before)
     while step < cfg.max_steps and (stop_at is None or step < stop_at):
         lr = lr_at(step, cfg)
         for group in opt.param_groups:
@@ -166,7 +166,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
                        "reg/active": float(reg is not None), **evaluate(core, data, cfg)}
             metrics.update(grokking_summary(ctx.history + [metrics]))
             if stop_at is None and cfg.stop_at_val_acc and metrics["val/accuracy"] >= cfg.stop_at_val_acc:
-                stop_at = step + cfg.stop_after_steps
+                stop_at = max(step + cfg.stop_after_steps, cfg.stop_not_before)
             done = step >= cfg.max_steps or (stop_at is not None and step >= stop_at)
             save = done or step % cfg.checkpoint_every == 0
             ctx.report(metrics, checkpoint=writer(final=done) if save else None)

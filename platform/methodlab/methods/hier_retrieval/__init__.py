@@ -11,8 +11,8 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
-    settings={"constructive": f"{_PKG}.constructive:fit_constructive", "eval": f"{_PKG}.evaluate:fit_eval"},
+    reproduce=f"{_PKG}.reproduce:study",
+    settings={"constructive": f"{_PKG}.settings:fit_constructive", "eval": f"{_PKG}.settings:fit_eval"},
     # train shards each step's pairs over the ranks (DDP); the other two settings train nothing
     single_worker_settings={"constructive": "a closed-form embedding construction and its dimension search, no "
                                             "gradient steps: every rank would repeat it",

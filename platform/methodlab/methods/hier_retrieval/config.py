@@ -109,7 +109,9 @@ class Config(MethodConfig):
     max_pretrain_s: float | None = Field(
         None, gt=0.0, description="Wall-clock cap (s) on the pretraining stage: it ends at the first step past the cap, "
         "and the steps reached are reported (pretrain/steps). None: run all `steps`.")
-    pretrain_from: str | None = Field(None, description="pretrain_finetune: a checkpoint of a standard run to finetune from (skips pretraining).")
+    pretrain_from: str | None = Field(None, description="pretrain_finetune: a checkpoint of a standard run to finetune from (skips "
+                                "pretraining; with finetune_steps unset and equal_total_steps false, the finetune cap is "
+                                "max_finetune_fraction of the checkpoint's steps).")
 
     # --- evaluation ----------------------------------------------------------------------------------
     eval_every: int = Field(500, ge=1, description="Steps between validation reports while pretraining.")

@@ -3,20 +3,16 @@
 g(d) = unit-length Gaussian vector; f_raw(q) = sum of the UNIT g(d) over R(q). Then <f_raw(q), g(d)> = 1 + noise
 for relevant d and pure noise N(0, ~s/dim) otherwise, so thresholding at 1/2 solves HR once
 dim >= C * s * ln m. (Summing the raw Gaussian vectors instead gives precision ~0.01: the spec measured it.)
-Setting 'constructive' runs it on the configured hierarchy, reports precision / recall of the threshold and
-recall@|R(q)| by distance, and saves the embeddings as a servable dual-encoder checkpoint."""
+The setting 'constructive' (settings.fit_constructive) runs it on the configured hierarchy."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from methodlab.core import RunContext, save_checkpoint
-from methodlab.methods.hier_retrieval.data import HRData, build_data
-from methodlab.methods.hier_retrieval.evaluate import bucket_counts, summarise
+from methodlab.methods.hier_retrieval.data import HRData
 
 
 def construct(data: HRData, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,26 +67,3 @@ def min_feasible_dim(data: HRData, seed: int, target: float = 0.99, threshold: f
         else:
             lo = mid + 1
     return hi
-
-
-def fit_constructive(cfg, ctx: RunContext) -> dict:
-    """Setting 'constructive': no training. dim = constructive_dim or ceil(C * s * ln m)."""
-    ctx.limit_threads(cfg.torch_threads)
-    data = build_data(cfg, ctx.progress, device=ctx.device)
-    dim = cfg.constructive_dim or theory_dim(data, cfg.constructive_c)
-    f_raw, g = construct(data, dim, cfg.seed)
-    thr = threshold_quality(f_raw, g, data, data.eval_q, cfg.constructive_threshold, cfg.eval_chunk)
-    fq = F.normalize(f_raw, dim=-1)  # ranking per query is unchanged by normalising f
-    metrics = {"step": 0, "constructive/dim": dim, "constructive/s": data.s, "constructive/m": data.m,
-               "constructive/theory_dim_c1": data.s * math.log(data.m),
-               "constructive/precision": thr["precision"], "constructive/recall": thr["recall"]}
-    for prefix, qs in (("val", data.val_q), ("eval", data.eval_q)):
-        metrics.update(summarise(*bucket_counts(fq, g, data, qs, cfg.eval_chunk), len(qs), cfg, prefix))
-
-    def write(d: Path) -> None:
-        edges = torch.stack([torch.from_numpy(data.h.child), torch.from_numpy(data.h.parent)], 1)
-        save_checkpoint(d, method="hier_retrieval", config=cfg, weights={"query": f_raw, "doc": g, "edges": edges},
-                        state={"step": 0, "final": True, "metrics": metrics},
-                        extras={"nodes": {"names": data.h.names, "texts": data.h.texts}, "recipe": "constructive"})
-    ctx.report(metrics, checkpoint=write)
-    return metrics

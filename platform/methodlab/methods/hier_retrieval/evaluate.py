@@ -1,11 +1,12 @@
 """Recall per hierarchy distance with k = |R(q)| per query (exact inner-product top-k in chunks),
-plus the short / long / min / overall summaries and exact-set accuracy; setting 'eval' re-scores a checkpoint."""
+plus the short / long / min / overall summaries and exact-set accuracy (the setting 'eval', settings.fit_eval,
+re-scores a checkpoint with them)."""
 
 from __future__ import annotations
 
 import torch
 
-from methodlab.core import ConfigError, RunContext, load_checkpoint
+from methodlab.core import RunContext
 
 
 @torch.no_grad()
@@ -68,25 +69,3 @@ def evaluate(model, data, cfg, queries: torch.Tensor, prefix: str = "eval") -> d
         F, G = model.f(), model.g()
     hits, pairs, exact = bucket_counts(F, G, data, queries, cfg.eval_chunk)
     return summarise(hits, pairs, exact, len(queries), cfg, prefix)
-
-
-def fit_eval(cfg, ctx: RunContext) -> dict:
-    """Setting 'eval': bucketed recall of a saved checkpoint on its config's evaluation queries."""
-    from methodlab.methods.hier_retrieval.config import Config
-    from methodlab.methods.hier_retrieval.data import build_data
-    from methodlab.methods.hier_retrieval.model import DualEncoder
-
-    if not cfg.eval_from:
-        raise ConfigError("setting 'eval' needs config.eval_from = a checkpoint directory", field="config.eval_from")
-    ctx.limit_threads(cfg.torch_threads)
-    ck = load_checkpoint(cfg.eval_from, method="hier_retrieval")
-    trained = Config.model_validate(ck.config)
-    data = build_data(trained, device=ctx.device)
-    with ctx.init_module():
-        model = DualEncoder(data.m, trained.dim, trained.std, trained.shared_tables)
-    model = ctx.prepare_model(model)
-    ctx.unwrap(model).load_tables(ck.weights)
-    metrics = {"step": int(ck.state.get("step", 0)), **evaluate(model, data, trained, data.eval_q, "eval"),
-               **evaluate(model, data, trained, data.val_q, "val")}
-    ctx.report(metrics)
-    return metrics

@@ -89,6 +89,10 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if any(k.startswith("best.") for k in ck.weights):
             best = {k[5:]: v.to(device) for k, v in ck.weights.items() if k.startswith("best.")}
         ctx.history[:] = list(ck.extras.get("history", []))
+    if cfg.pretrain_from and cfg.finetune_steps is None and not cfg.equal_total_steps:
+        # the cap is a fraction of the pretraining the checkpoint did (a wall-clock-capped standard run stops
+        # early, `steps` is then only its bound): as before when that run did all of `steps`; a resume too
+        ft = int(round(cfg.max_finetune_fraction * pre))
     total = pre + ft
     ft_lr = cfg.lr * cfg.finetune_lr_ratio
 

@@ -11,9 +11,9 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
-    settings={"calibrate": f"{_PKG}.jobs:calibrate", "evaluate": f"{_PKG}.jobs:evaluate_only",
-              "simulate": f"{_PKG}.jobs:simulate"},
+    reproduce=f"{_PKG}.reproduce:study",
+    settings={"calibrate": f"{_PKG}.settings:calibrate", "evaluate": f"{_PKG}.settings:evaluate_only",
+              "simulate": f"{_PKG}.settings:simulate"},
     precisions=("fp32", "bf16"),
     precision_note="no fp16: the density -dGamma*/dtau is an inner autograd.grad that the GradScaler does not "
                    "scale (small densities and the tail difference G(tau) - G(inf) underflow fp16's range), and "

@@ -13,7 +13,7 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
+    reproduce=f"{_PKG}.reproduce:study",
     settings={"best_response": f"{_PKG}.train:fit_best_response",
               "uncertainty_sweep": f"{_PKG}.train:fit_uncertainty_sweep",
               "audit": f"{_PKG}.train:fit_audit"},

@@ -12,7 +12,8 @@ from methodlab.methods.strategic_causal.model import (Design, desirable_share, e
 
 def evaluate(des: Design, prob: Problem, cfg: Config, p: float | None = None, prefix: str = "eval") -> dict[str, float]:
     """Test accuracy (pre-manipulation), desirable share q and effort shares under the TRUE C; for the unaware
-    design also the q it believes (C = I); for l1 the chosen feature and the gain ratio max_U ag / max_D ag."""
+    design also the q it believes (C = I); for l1 the gain ratio max_U ag / max_D ag, whether the feature chosen
+    under the true C is desirable, and the target the l1 design aimed at (its index)."""
     p = cfg.cost_p if p is None else p
     r = evaluate_design(des, prob.C, prob.abilities, prob.mutable, prob.desirable, p, cfg.budget,
                         prob.X_test, prob.y_test, prob.names)
@@ -29,6 +30,8 @@ def evaluate(des: Design, prob: Problem, cfg: Config, p: float | None = None, pr
     if p == 1:
         out[f"{prefix}/gain_ratio"] = r["gain_ratio"]
         out[f"{prefix}/target_desirable"] = float(r["target"] is not None and prob.desirable[prob.index(r["target"])])
+    if "target" in des.info:  # the l1 design's chosen target (an index into the feature names)
+        out[f"{prefix}/designed_target"] = float(des.info["target"])
     return out
 
 

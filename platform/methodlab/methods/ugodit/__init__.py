@@ -13,7 +13,7 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
+    reproduce=f"{_PKG}.reproduce:study",
     settings={"reconstruct": f"{_PKG}.train:fit_reconstruct"},
     family="imaging",
     single_worker="a deep image prior fits one reconstruction: the unit of work is a whole run (M <= 8 "

@@ -1,4 +1,4 @@
-"""UGoDIT's two loops as plain functions (used by fit, the predictor and the reproduction).
+"""UGoDIT's two loops as plain functions (used by fit, the predictor and diagnostics.py).
 
 train_shared: shared encoder E + M decoders D_i on M measurements only.
   natural: sum_i mse(A x_i, y_i) + lam mse(x_i, z_i); z_i <- D_i(E(z_i)) every N steps.
@@ -35,7 +35,7 @@ def _gen(seed: int, stream: int, device="cpu") -> torch.Generator:
 
 
 def _runner(ctx: RunContext | None, device=None) -> RunContext:
-    """The run's context, or a plain fp32 one on `device` (None: CPU) for direct callers (reproduce, diagnostics,
+    """The run's context, or a plain fp32 one on `device` (None: CPU) for direct callers (diagnostics,
     the predictor)."""
     return ctx if ctx is not None else RunContext(device=device, quiet=True)
 

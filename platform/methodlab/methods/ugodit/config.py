@@ -19,18 +19,6 @@ PAPER = {
     "mri": {"n_train": 5, "lr": 3e-4, "test_lr": 4e-4, "train_iterations": 5000, "test_iterations": 10000},
 }
 
-# the CPU presets of `methodlab reproduce ugodit` (one per task, Config fields) and its development / reported
-# seeds; the issue-29 diagnostic (diagnostics.py) starts from the same presets
-PRESETS = {
-    "mri": dict(task="mri_multicoil", image_size=64, n_train=4, unet_widths=[16, 32, 64, 64], lr=1e-3, test_lr=1e-3,
-                train_iterations=800, test_iterations=400, inner_steps=10, val_iterations=0, log_every=10),
-    "sr": dict(task="super_resolution", sr_scale=2, image_size=64, n_train=4, channels=32, scales=4, lam=2.0, lr=0.01,
-               test_lr=0.01, train_iterations=800, test_iterations=400, inner_steps=10, val_iterations=0, log_every=10),
-}
-PRESETS["deblur"] = {**PRESETS["sr"], "task": "deblur_nonlinear"}
-PRESETS["sr_fashion"] = {**PRESETS["sr"], "data": "fashion_mnist"}
-DEV_SEEDS, SEEDS = (10, 11, 12), (0, 1, 2)
-
 
 class Config(MethodConfig):
     primary_metric: ClassVar[str] = "eval/psnr"

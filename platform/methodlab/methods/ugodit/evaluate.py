@@ -41,20 +41,3 @@ def measurement_psnr(ax, y) -> float:
 
 def evaluate(x: np.ndarray, gt: np.ndarray, prefix: str = "eval/") -> dict[str, float]:
     return {f"{prefix}psnr": psnr(x, gt), f"{prefix}ssim": ssim(x, gt)}
-
-
-def curve_at(res: dict, arm: str, it: int, key: str = "psnr_ema") -> float:
-    """The metric `key` of `arm` at iteration `it` in one reproduction result (reproduce.run_job); NaN if not logged."""
-    for row in res["arms"][arm]["curve"]:
-        if row["iteration"] == it:
-            return float(row[key])
-    return math.nan
-
-
-def per_seed_margins(results: list[dict]) -> dict[str, list[float]]:
-    """The claims' margins (dB) per result: claim -> one value per seed (reproduce.claims takes their means)."""
-    return {"1": [curve_at(r, "ugodit", 150) - curve_at(r, "aseqdip", 150) for r in results],
-            "2": [curve_at(r, "ugodit", 400) - curve_at(r, "aseqdip", 400) for r in results],
-            "3": [curve_at(r, "ugodit", 150) - curve_at(r, "random_encoder", 150) for r in results],
-            "4a": [curve_at(r, "ugodit", 400) - r["trivial_psnr"] for r in results],
-            "4b": [curve_at(r, "aseqdip", 400) - r["trivial_psnr"] for r in results]}

@@ -11,12 +11,12 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
+    reproduce=f"{_PKG}.reproduce:study",
     settings={
-        "offline": f"{_PKG}.train:fit_offline",
-        "online": f"{_PKG}.train:fit_online",
-        "offline_to_online": f"{_PKG}.train:fit_offline_to_online",
-        "make_dataset": f"{_PKG}.make_dataset:fit_make_dataset",
+        "offline": f"{_PKG}.settings:fit_offline",
+        "online": f"{_PKG}.settings:fit_online",
+        "offline_to_online": f"{_PKG}.settings:fit_offline_to_online",
+        "make_dataset": f"{_PKG}.settings:fit_make_dataset",
     },
     family="rl",
     single_worker_settings={

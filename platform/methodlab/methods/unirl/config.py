@@ -104,6 +104,9 @@ class Config(MethodConfig):
     eval_episodes: int = Field(10, ge=1, le=1000, description="Deterministic episodes per evaluation.")
     checkpoint_every: int = Field(50_000, ge=1, description="Steps between checkpoints (a multiple of eval_every).")
     torch_threads: int | None = Field(None, ge=1, le=256, description="Narrow the job's torch threads to this (None: the job's).")
+    resume_from: str | None = Field(None, max_length=1024, description="Continue from this checkpoint directory of an "
+                                    "earlier run (networks, optimisers, pi_ref, RNG states, replay); the run folder's own "
+                                    "checkpoint, when it has one, wins. The run then reports resume/* checks.")
     generation: GenerationConfig = Field(default_factory=GenerationConfig,
                                          description="Setting make_dataset only: the dataset recipe.")
 

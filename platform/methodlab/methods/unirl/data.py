@@ -6,6 +6,7 @@ batch is one index_select per field drawn by a generator on that device. Actions
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +78,25 @@ class Replay:
             lo, hi = self.n_fixed, int(z["size"])
             for name, col in zip(FIELDS, self._cols()):
                 col[lo:hi] = torch.as_tensor(z[name], device=self.device).to(col.dtype)
-            self.pos, self.size = int(z["pos"]), hi
+            # a buffer saved full by a shorter run (its ring pointer back at the start) appends at its end here
+            # when this run's buffer is larger (online_steps raised on resume), never over its first rows
+            self.pos, self.size = (int(z["pos"]) if hi >= self.capacity else hi), hi
+
+    def digest(self, lo: int, hi: int) -> str:
+        """sha256 of rows [lo, hi) of every field, as saved (the resume check compares it with `saved_digest`)."""
+        h = hashlib.sha256()
+        for col in self._cols():
+            h.update(col[lo:hi].cpu().numpy().tobytes())
+        return h.hexdigest()
+
+
+def saved_digest(path: Path) -> tuple[str, int]:
+    """(sha256 of a saved replay's arrays in Replay.digest's order, its number of rows), read without pickle."""
+    h = hashlib.sha256()
+    with np.load(path, allow_pickle=False) as z:
+        for name in FIELDS:
+            h.update(np.ascontiguousarray(z[name]).tobytes())
+        return h.hexdigest(), len(z[FIELDS[0]])
 
 
 def reward_scale_for(cfg: Config, data: OfflineData) -> float:

@@ -14,29 +14,14 @@ import numpy as np
 import torch
 
 from methodlab.core import CheckpointError, RunContext, load_checkpoint, save_checkpoint, seed_everything
+from methodlab.core.paths import read_path
 from methodlab.data.offline_rl import env_spaces
 from methodlab.methods.unirl.config import Config
-from methodlab.methods.unirl.data import Replay, offline_data, reward_scale_for
+from methodlab.methods.unirl.data import Replay, offline_data, reward_scale_for, saved_digest
 from methodlab.methods.unirl.evaluate import evaluate, make_rescaled_env
 from methodlab.methods.unirl.learner import Learner
 
 SLUG = "unirl"
-
-
-def _with_regime(cfg: Config, regime: str) -> Config:
-    return cfg if cfg.regime == regime else Config.model_validate({**cfg.model_dump(), "regime": regime})
-
-
-def fit_offline(cfg: Config, ctx: RunContext) -> dict:
-    return fit(_with_regime(cfg, "offline"), ctx)
-
-
-def fit_online(cfg: Config, ctx: RunContext) -> dict:
-    return fit(_with_regime(cfg, "online"), ctx)
-
-
-def fit_offline_to_online(cfg: Config, ctx: RunContext) -> dict:
-    return fit(_with_regime(cfg, "offline_to_online"), ctx)
 
 
 def _broadcast(metrics: dict, ctx: RunContext) -> dict:
@@ -108,10 +93,15 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     rng = np.random.default_rng(cfg.seed * 1000 + ctx.rank)  # exploration (start_steps)
     step, history, update_credit = 0, [], 0.0
 
-    if ctx.checkpoint is not None:
-        ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
+    resume = ctx.checkpoint
+    if resume is None and cfg.resume_from:
+        resume = read_path(cfg.resume_from, "resume_from", "a checkpoint directory of an earlier unirl run")
+    resumed: dict[str, float] = {}  # resume/* checks, reported with every row after a resume
+    saved: tuple[str, int] | None = None
+    if resume is not None:
+        ck = load_checkpoint(resume, method=SLUG, load_torch_state=True)
         if data is not None and ck.state.get("dataset_sha256") not in (None, data.meta.get("sha256")):
-            raise CheckpointError(f"{ctx.checkpoint}: trained on dataset sha256 {ck.state['dataset_sha256']}, "
+            raise CheckpointError(f"{resume}: trained on dataset sha256 {ck.state['dataset_sha256']}, "
                                   f"the job's dataset has {data.meta.get('sha256')}")
         learner.load_weights(ck.weights)
         learner.load_torch_state(ck.torch_state)
@@ -120,7 +110,13 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         update_credit = float(ck.state.get("update_credit", 0.0))
         rng.bit_generator.state = ck.state["numpy_rng"]
         if online_from is not None and step > online_from:
-            buf.load(Path(ctx.checkpoint) / "replay.npz")
+            buf.load(Path(resume) / "replay.npz")
+            saved = saved_digest(Path(resume) / "replay.npz")  # read back with allow_pickle=False
+        mine = learner.weights()
+        refs = [k for k in ck.weights if k.startswith("pi_ref.")]
+        resumed = {"resume/step": float(step), "resume/replay_size": float(buf.size - buf.n_fixed),
+                   "resume/pi_ref_restored": float(bool(refs) and all(
+                       torch.equal(mine[k].cpu(), ck.weights[k].cpu()) for k in refs))}
         if ctx.world_size > 1:  # the checkpoint holds rank 0's streams (and its replay): the other ranks' online
             # streams go on independent of rank 0's, reseeded by rank and step (the offline batch stream is common)
             learner.generator.manual_seed(cfg.seed * 1000 + ctx.rank + 104_729 * step)
@@ -204,6 +200,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             if ep is not None:
                 metrics["train/episode_return"] = ep
             done = step >= cfg.total_steps
+            metrics.update(resumed)
+            if done and saved is not None:  # the saved transitions are still the buffer's first online rows
+                metrics["resume/replay_kept"] = float(buf.digest(buf.n_fixed, buf.n_fixed + saved[1]) == saved[0])
             save = done or step % cfg.checkpoint_every == 0
             ctx.report(metrics, checkpoint=writer(done) if save else None)
             sums, n_updates, t0, step0, episode_returns = {}, 0, time.time(), step, []

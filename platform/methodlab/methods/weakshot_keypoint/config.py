@@ -90,6 +90,9 @@ class Config(MethodConfig):
     log_every: int = Field(40, ge=1, description="Steps between reports (each evaluates on novel val + test).")
     checkpoint_every: int = Field(120, ge=1, description="Steps between checkpoints.")
     eval_pcks: tuple[float, ...] = Field((0.05, 0.1, 0.2), description="PCK thresholds (x max(bbox w, h)).")
+    sanity_checks: bool = Field(False, description="At the final report, also the spec's sanity checks of the heads "
+                                "on novel test images (sanity/*: keyness top-3 in r x r windows with Harris beside, "
+                                "correspondence top-1 on 200 pairs per class with the identity copy; eval seed 0).")
 
     @model_validator(mode="after")
     def _check(self):

@@ -37,7 +37,7 @@ from methodlab.core import CheckpointError, ConfigError, RunContext, load_checkp
 from methodlab.core.checkpoint import latest_checkpoint
 from methodlab.methods.weakshot_keypoint.config import Config
 from methodlab.methods.weakshot_keypoint.data import KPData, build_data
-from methodlab.methods.weakshot_keypoint.evaluate import evaluate, fit_assignment, predict
+from methodlab.methods.weakshot_keypoint.evaluate import evaluate, fit_assignment, predict, sanity_metrics
 from methodlab.methods.weakshot_keypoint.model import (KeypointNet, cells_to_px, corr_infonce, corr_local_target,
                                                        corr_transfer_loss, keyness_peaks, keyness_window_loss,
                                                        local_softargmax, pose_loss, px_to_cells, sample_at,
@@ -438,6 +438,8 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         extra = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in extra.items()}  # read here
         m = {"step": step, "stage2_step": max(0, step - s1_total), **extra, "time/s": time.perf_counter() - t0}
         m.update(run_eval(cfg, net, data, cur_supports()))
+        if final and cfg.sanity_checks:  # the spec's checks of the keyness / correspondence heads
+            m.update(sanity_metrics(net, data, cfg.window))
         ctx.report(m, checkpoint=writer(final) if (save and ctx.is_main) or final else None)
 
     total = s1_total + s2_total

@@ -1,6 +1,7 @@
-"""The non-training settings: `calibrate` (re-learn the per-mark thresholds of a trained checkpoint on a chosen
-split, then evaluate), `evaluate` (evaluate a checkpoint with its stored thresholds) and `simulate` (write the
-Hawkes generator's splits as EasyTPP JSON files, readable back with dataset=file)."""
+"""The settings other than `train` (the platform's convention: every entry point but `train` lives in
+settings.py): `calibrate` (re-learn the per-mark thresholds of a trained checkpoint on a chosen split, then
+evaluate), `evaluate` (evaluate a checkpoint with its stored thresholds) and `simulate` (write the Hawkes
+generator's splits as EasyTPP JSON files, readable back with dataset=file)."""
 
 from __future__ import annotations
 

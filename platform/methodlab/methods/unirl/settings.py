@@ -1,4 +1,8 @@
-"""Setting make_dataset: D4RL-style datasets generated locally [spec: Data].
+"""The settings other than `train` (the platform's convention: every other entry point lives in settings.py).
+
+offline / online / offline_to_online: `train.fit` with the regime the setting names (a job's setting picks it).
+
+make_dataset: D4RL-style datasets generated locally [spec: Data].
 
 1. A reference SAC run (this method's `learner=sac`), evaluated every eval_every env steps with
    deterministic episodes; medium = the first evaluation at or above the medium bar; the run continues
@@ -26,6 +30,23 @@ from methodlab.methods.unirl.config import Config
 from methodlab.methods.unirl.data import Replay
 from methodlab.methods.unirl.evaluate import evaluate, make_rescaled_env
 from methodlab.methods.unirl.learner import Learner
+from methodlab.methods.unirl.train import fit
+
+
+def _with_regime(cfg: Config, regime: str) -> Config:
+    return cfg if cfg.regime == regime else Config.model_validate({**cfg.model_dump(), "regime": regime})
+
+
+def fit_offline(cfg: Config, ctx: RunContext) -> dict:
+    return fit(_with_regime(cfg, "offline"), ctx)
+
+
+def fit_online(cfg: Config, ctx: RunContext) -> dict:
+    return fit(_with_regime(cfg, "online"), ctx)
+
+
+def fit_offline_to_online(cfg: Config, ctx: RunContext) -> dict:
+    return fit(_with_regime(cfg, "offline_to_online"), ctx)
 
 
 def _version() -> str:

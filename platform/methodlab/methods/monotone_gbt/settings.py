@@ -64,7 +64,11 @@ def summarise(rows: list[dict], models: list[str]) -> dict:
         v = np.array([r[f"nmse/{name}"] for r in rows if f"nmse/{name}" in r])
         if len(v):
             out[f"eval/nmse/{name}"] = float(v.mean())
-            out[f"eval/sq_err/{name}"] = float(np.nanmean([r[f"sq_err/{name}"] for r in rows]))
+            out[f"eval/nmse_median/{name}"] = float(np.median(v))
+            out[f"eval/nmse_std/{name}"] = float(v.std())
+            sq = np.array([r[f"sq_err/{name}"] for r in rows], dtype=float)  # NaN without held-out comparisons
+            out[f"eval/sq_err/{name}"] = float(np.nanmean(sq)) if np.isfinite(sq).any() else float("nan")
+    out["eval/n_used"] = float(np.mean([r["n_used"] for r in rows]))  # comparisons entering the loss
     if "gbt_embedding" in models and "gbt" in models:
         out["eval/lgbtd_better_share"] = float(np.mean([r["nmse/gbt_embedding"] < r["nmse/gbt"] for r in rows]))
     return out

@@ -1,4 +1,6 @@
-"""Setting `measure`: recompute RF (trace and neuron-wise), CDNV and NC1 from a saved checkpoint, on the
+"""The settings other than `train` (the platform's convention: every other entry point lives in settings.py).
+
+Setting `measure`: recompute RF (trace and neuron-wise), CDNV and NC1 from a saved checkpoint, on the
 run's device (data and model on ctx.device, float32 forward; the neuron-wise RF in float64)."""
 
 from __future__ import annotations

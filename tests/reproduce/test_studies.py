@@ -36,6 +36,8 @@ def test_the_study_loads_and_its_quick_plan_is_not_empty(slug, tmp_path):
     assert study.claims, f"{slug}: a study with no claims"
     pending = plan(study, tmp_path / "runs", mode="quick")  # validates every arm's job, runs nothing
     assert pending, f"{slug}: --quick plans no run"
+    for mode in ("default", "full"):  # every arm's job loads in every mode (a skip_quick arm's overrides too)
+        assert plan(study, tmp_path / "runs", mode=mode), f"{slug}: plans no run in {mode} mode"
     lines = len((PKG / "methods" / slug / "reproduce.py").read_text().splitlines())
     assert lines <= 300, f"{slug}/reproduce.py has {lines} lines (at most 300: science beyond it goes elsewhere)"
 

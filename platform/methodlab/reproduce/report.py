@@ -67,7 +67,12 @@ def judge(study: Study, res: Results, seeds: tuple[int, ...] | None = None) -> l
     for c in study.claims:
         if c.combine == "pooled" and seeds != res.reported_seeds:
             continue
-        per_seed = {s: _num(c.value(res, s)) for s in seeds} if c.combine != "pooled" else {}
+        mine = seeds
+        if c.seeds is not None:  # its own seeds (on the reported pass only; under --quick those run)
+            if seeds != res.reported_seeds:
+                continue
+            mine = tuple(s for s in c.seeds if not res.quick or s in res.reported_seeds) or tuple(c.seeds[:1])
+        per_seed = {s: _num(c.value(res, s)) for s in mine} if c.combine != "pooled" else {}
         if c.combine == "pooled":
             ours = _num(c.value(res, None))
         elif per_seed and all(v is not None for v in per_seed.values()):
@@ -88,8 +93,10 @@ def judge(study: Study, res: Results, seeds: tuple[int, ...] | None = None) -> l
 def recipe_differences(study: Study, data: dict) -> list[tuple[str, str, Any, Any]]:
     """(arm, key, the spec's value, the value run) for every spec recipe key an arm's config differs on."""
     rows = []
+    arms = {a.id: a for a in study.arms}
     for arm, cfg in sorted(data.get("recipes", {}).items()):
-        for key, want in study.spec_recipe.items():
+        spec = arms[arm].spec if arm in arms and arms[arm].spec is not None else study.spec_recipe
+        for key, want in spec.items():
             if key in cfg and cfg[key] != want:
                 rows.append((arm, key, want, cfg[key]))
     return rows

@@ -32,6 +32,7 @@ class Arm:
     full: tuple[str, ...] = ()
     skip_quick: bool = False
     full_only: bool = False
+    spec: dict[str, Any] | None = None  # this arm's spec recipe where it differs from the study's (another dataset)
     smoke: bool = False  # the method's smoke preset under the overrides (toy studies, tests)
 
 
@@ -40,7 +41,8 @@ class Task:
     """A computation that is not a fit (a baseline, a closed form, a probe, an oracle): `fn(seed, inputs, mode)`
     returns a JSON-able dict, cached by (id, seed, version, mode, inputs, code hash). `inputs`: {arm id: that arm's
     final metrics for this seed} for the arms in `needs`; `mode`: "quick", "default" or "full" (a task sizes itself
-    to it the way an arm's quick / full overrides do). `skip_quick`: not run under --quick."""
+    to it the way an arm's quick / full overrides do). `skip_quick`: not run under --quick; `full_only`: only under
+    --full (a long side study)."""
 
     id: str
     fn: Callable[[int, dict], dict]
@@ -48,6 +50,7 @@ class Task:
     needs: tuple[str, ...] = ()
     version: str = "1"
     skip_quick: bool = False
+    full_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Claim:
     paper: float | str | None = None
     official: str | None = None
     ceiling: str | None = None
+    seeds: tuple[int, ...] | None = None  # judged on these seeds (an arm run on seed 0 only) instead of the reported
 
     def __post_init__(self) -> None:
         if self.op not in OPS:

@@ -12,8 +12,10 @@ def fmt(v: Any, nd: int | None = None) -> str:
         return "—"
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, (int, float)):
-        return f"{v:.{nd}f}" if nd is not None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    if isinstance(v, int):
+        return str(v)  # a seed, a count: never "0.000"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}" if nd is not None else f"{v:.4g}"
     return str(v)
 
 

@@ -349,36 +349,30 @@ def test_violated_conditions_name_what_the_schema_cannot_state(smoke_root):
     assert "len(pool)" in (pred.input_model().__args__[0].__args__[1].__doc__ or "")
 
 
-def test_extra_seeds_option_runs_only_the_claim2_jobs_and_keeps_the_report(tmp_path, monkeypatch):
-    """METHODLAB_AGBAL_EXTRA_SEEDS selects only AGBAL and LCMD-no-aux on friedman_shift (the reproduction's own
-    jobs) for the extra seeds, and rewrites only the extra-seeds section of an existing report (no fits here)."""
-    from methodlab.methods.agbal import reproduce as rp
+def test_study_judges_claim2_on_seeds_0_to_9_and_claim3_with_krr():
+    """The reproduction study (revised spec): Claim 2 pools AGBAL vs LCMD over seeds 0-9 (NOT RUN while one is
+    missing), Claim 3 and the surrogate check read the krr hetero_1d arms, and the propagation default is krr."""
+    from methodlab.methods.agbal.reproduce import CLAIM2_SEEDS, study
+    from methodlab.reproduce.report import NOT_RUN, PASS, Results, judge
 
-    jobs = rp.claim2_jobs((3, 4))
-    assert [(j["experiment"], j["config"]["seed"], j["config"]["strategy"]) for j in jobs] == [
-        ("friedman", 3, "agbal"), ("friedman", 3, "lcmd"), ("friedman", 4, "agbal"), ("friedman", 4, "lcmd")]
-    assert all(j in rp._jobs((3, 4)) for j in jobs)  # same configs (and cache keys) as the full reproduction
+    st = study()
+    st.check()
+    assert Config().propagation == "krr" and CLAIM2_SEEDS == tuple(range(10))
+    assert set(CLAIM2_SEEDS) <= set(st.arm("friedman-agbal").seeds)
+    assert "propagation=krr" in st.arm("hetero-agbal").overrides
 
-    seen = []
+    def run(auc, sp=None):
+        h = [{"step": 0, "eval/log_rmse": 0.0, **({} if sp is None else {"surrogate/spearman": sp})}]
+        return {"final": {"eval/auc_log": auc}, "history": h, "wall_s": 1.0}
 
-    def fake_run_all(seeds, workers, cache, jobs=None):
-        seen.append(jobs)
-        auc = {"agbal": 0.70, "lcmd": 0.75}
-        return [{"experiment": j["experiment"], "strategy": j["config"]["strategy"], "seed": j["config"]["seed"],
-                 "job": j, "auc_log": auc[j["config"]["strategy"]] + 0.01 * j["config"]["seed"], "wall_s": 1.0}
-                for j in jobs], 0.0
-
-    monkeypatch.setattr(rp, "run_all", fake_run_all)
-    monkeypatch.setenv("METHODLAB_AGBAL_EXTRA_SEEDS", "3,4")
-    monkeypatch.setenv("METHODLAB_STORAGE", str(tmp_path / "st"))
-    head = ("| claim | bar | measured per seed [0, 1, 2] | mean |\n|---|---|---|---|\n"
-            "| Claim 2: AUC_log(LCMD no aux) - AUC_log(AGBAL), friedman_shift | >= 0.02 | -0.010 / +0.020 / +0.050 "
-            "| +0.020 | 0.017 | n/a | FAIL |\n\n")
-    (tmp_path / "agbal.md").write_text(head + "## Notes\n\n- kept\n")
-    for _ in range(2):  # a second call replaces the section instead of adding another
-        rp.main(out_dir=str(tmp_path), workers=2)
-    assert len(seen) == 2 and all(s == jobs for s in seen)
-    text = (tmp_path / "agbal.md").read_text()
-    assert text.startswith(head) and text.endswith("## Notes\n\n- kept\n") and text.count(rp.EXTRA_BEGIN) == 1
-    # gaps: seeds 0-2 from the gated row, seeds 3, 4 = 0.05 each; mean of (-0.01, 0.02, 0.05, 0.05, 0.05) = 0.032
-    assert "| 3 | extra | 0.730 | 0.780 | +0.050 |" in text and "All 5 seeds: mean gap +0.032" in text
+    runs = {"friedman-agbal": {str(s): run(0.70) for s in CLAIM2_SEEDS},
+            "friedman-lcmd": {str(s): run(0.73) for s in CLAIM2_SEEDS},
+            "friedman-random": {str(s): run(0.80) for s in (0, 1, 2)},
+            "hetero-agbal": {str(s): run(-1.5, 0.5) for s in (0, 1, 2)},
+            "hetero-agbal_unweighted": {str(s): run(-1.4) for s in (0, 1, 2)}}
+    data = {"quick": False, "mode": "default", "runs": runs, "tasks": {}, "recipes": {}}
+    verdicts = {c["id"]: c for c in judge(st, Results(data, st))}
+    assert {k: v["verdict"] for k, v in verdicts.items()} == {"1": PASS, "2": PASS, "3": PASS, "S": PASS}
+    assert abs(verdicts["2"]["ours"] - 0.03) < 1e-9 and abs(verdicts["3"]["ours"] - 0.1) < 1e-9
+    del runs["friedman-lcmd"]["9"]
+    assert {c["id"]: c["verdict"] for c in judge(st, Results(data, st))}["2"] == NOT_RUN

@@ -12,7 +12,7 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
+    reproduce=f"{_PKG}.reproduce:study",
     settings={"density_ratio": f"{_PKG}.train:fit_density_ratio", "round": f"{_PKG}.train:fit_round"},
     family="al",
     # train / round shard the regressor's mini-batches over the ranks (DDP); density_ratio is one full-batch fit

@@ -79,8 +79,9 @@ class Config(MethodConfig):
                            "is blended toward its unweighted version (pitfall: exploding ratios).")
 
     # --- surrogate ------------------------------------------------------------------------------------------
-    propagation: Literal["nw", "krr"] = Field("nw", description="[RECON] Nadaraya-Watson smoother or kernel-ridge mean "
-                                               "of the weighted auxiliary losses.")
+    propagation: Literal["nw", "krr"] = Field("krr", description="[RECON] Kernel-ridge mean or Nadaraya-Watson smoother "
+                                               "of the weighted auxiliary losses (spec default krr, revised 2026-12-05: "
+                                               "under nw the ratio cancels inside each kernel neighbourhood).")
     prop_space: Literal["features", "inputs"] = Field("features", description="[RECON] RBF propagation kernel on the "
                                                        "selection kernel's features (the network's NTK / last-layer "
                                                        "geometry) or on standardised inputs.")

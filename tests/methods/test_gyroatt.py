@@ -327,6 +327,14 @@ def test_attention_depends_on_input_and_permutes_with_segments(predictor):
     assert (ap - a).abs().max() > 1e-6  # not trivially invariant
 
 
+def test_fit_reports_claim3_permutation_error(smoke):
+    """The fit's final metrics carry Claim 3's permutation check (the reproduction reads it from there)."""
+    import json
+
+    rows = [json.loads(r) for r in (Path(smoke["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    assert 0.0 <= rows[-1]["best/attn/perm_error"] < 1e-6 and rows[-1]["best/attn/std_over_trials"] > 0
+
+
 def test_predictor_field_errors(predictor, smoke):
     from methodlab.methods.gyroatt.predictor import Input
 

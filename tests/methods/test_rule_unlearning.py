@@ -143,6 +143,25 @@ def test_splits_keep_paraphrases_out_of_forget_train():
     assert all(tok.unk not in tok.encode(q.prompt + " " + q.answer) for q in sp.corpus.qa)
 
 
+def test_revised_forget_split_of_the_presets_covers_every_attribute():
+    """The spec's forget split (revised 2026-12-05), as the acceptance presets set it: forget-train = the first QA
+    paraphrase of all 6 attributes of each target; the reproduction's side run (forget_frac 0.21) leaves one out."""
+    import yaml
+
+    from methodlab.data.rule_unlearning_corpus import ATTRIBUTES
+
+    root = Path(__file__).resolve().parents[2] / "jobs" / "rule_unlearning"
+    frac = yaml.safe_load((root / "rebo_grpo.yaml").read_text())["config"]["forget_frac"]
+    for job in ("baseline_ga.yaml", "baseline_npo.yaml", "baseline_rt.yaml", "rs_sft.yaml", "eval.yaml"):
+        assert yaml.safe_load((root / job).read_text())["config"]["forget_frac"] == frac, job
+    sp = build_splits(Config(forget_frac=frac))
+    assert len(sp.forget_train) == 12 and len(sp.forget_test) == 36
+    for a in sp.forget_ids:
+        assert {q.attribute for q in sp.forget_train if q.author == a} == set(ATTRIBUTES)
+    loo = build_splits(Config(forget_frac=0.21))
+    assert len({a for a, _ in loo.train_templates}) == len(ATTRIBUTES) - 1
+
+
 def test_rwku_loader_round_trip(tmp_path):
     c = build_corpus(10)
     d = write_rwku_target(tmp_path / "t0", c, 0, [1, 2])

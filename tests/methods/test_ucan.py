@@ -196,27 +196,29 @@ def test_cosine_schedule_changes_training():
     assert max(float((ws[0][k] - ws[1][k]).abs().max()) for k in ws[0]) > 1e-6
 
 
-def test_reproduction_recipe_follows_job_files_and_cache_is_keyed_by_it():
-    """The reproduction's point-cloud arms run the recipe of jobs/ucan/train_analytic*.yaml (lr, schedule, steps),
-    a recipe change gives a new cache entry (old runs are never reused), and the development-seed grid reads the
-    validation shapes only."""
+def test_reproduction_study_runs_the_job_files_and_picks_the_smoothing_on_validation():
+    """The study's point-cloud arms run jobs/ucan/train_analytic*.yaml with one recipe (lr, schedule, steps) for every
+    arm, and the k-NN baseline's iteration count is chosen on the validation shapes, never the test shapes."""
     import yaml
 
     from methodlab.methods.ucan import reproduce as R
+    from methodlab.reproduce.report import Results
 
-    root = Path(__file__).resolve().parents[2] / "jobs" / "ucan"
-    pcs = [j for j in R.jobs() if j["kind"] == "pc"]
-    assert {j["arm"] for j in pcs} == set(R.ARMS)
-    for f in ("train_analytic.yaml", "train_analytic_no_dc.yaml", "train_analytic_1step.yaml"):
-        c = yaml.safe_load((root / f).read_text())["config"]
-        for j in pcs:
-            assert (j["config"]["lr"], j["config"]["lr_schedule"]) == (c["lr"], c.get("lr_schedule", "constant")), f
-            assert j["config"]["max_steps"] == c["max_steps"], f
-    j = pcs[0]
-    assert R.cache_name(j) != R.cache_name({**j, "config": {**j["config"], "lr": 3 * j["config"]["lr"]}})
-    assert R.cache_name(j) != R.cache_name({**j, "config": {**j["config"], "max_steps": j["config"]["max_steps"] + 1}})
-    dev = R.dev_jobs()
-    assert dev and all(d["config"]["eval_sets"] == ["val"] and d["seed"] in (10, 11, 12) for d in dev)
+    st = R.study()
+    st.check()
+    root = Path(__file__).resolve().parents[2]
+    pcs = [st.arm(a) for a in ("ucan", "nodc", "1step")]
+    recipes = {(c["lr"], c.get("lr_schedule", "constant"), c["max_steps"])
+               for c in (yaml.safe_load((root / a.job).read_text())["config"] for a in pcs)}
+    assert len(recipes) == 1 and all(a.full == pcs[0].full and a.quick == pcs[0].quick for a in pcs)
+    # validation favours 2 iterations, the test shapes 1: the baseline is the 2-iteration test figure
+    val, test = {1: 0.009, 2: 0.007, 3: 0.008}, {1: 0.005, 2: 0.006, 3: 0.007}
+    runs = {f"knn{i}": {"0": {"final": {"val/p2s": val[i], "test/p2s": test[i]}}} for i in (1, 2, 3)}
+    runs["ucan"] = {"0": {"final": {"test/p2s": 0.0054}}}
+    res = Results({"runs": runs, "tasks": {}, "quick": True}, st)
+    assert R.knn_choice(res) == 2
+    claim = next(c for c in st.claims if c.id == "1b")
+    assert claim.value(res, 0) == pytest.approx(0.0054 / 0.006)
 
 
 def _weights(d):
@@ -329,7 +331,7 @@ def test_shape_sets_follow_the_spec():
 
 # ------------------------------------------------------------------ the other settings (denoise / upsample / eval / image)
 def test_denoise_upsample_eval_and_image_settings(run, tmp_path):
-    from methodlab.methods.ucan.jobs import fit_denoise, fit_eval, fit_image, fit_upsample
+    from methodlab.methods.ucan.settings import fit_denoise, fit_eval, fit_image, fit_upsample
 
     pts = np.random.default_rng(9).normal(size=(300, 3))
     src = M.save_points(tmp_path / "in.xyz", pts)
@@ -341,8 +343,16 @@ def test_denoise_upsample_eval_and_image_settings(run, tmp_path):
                         upsample_ratio=2), RunContext(quiet=True))
     assert M.load_points(tmp_path / "up.xyz").shape == (600, 3)
     ev = fit_eval(Config(eval_method="knn_mean", k=4, n_points=256, patch_points=128), RunContext(quiet=True))
-    noisy = fit_eval(Config(eval_method="identity", n_points=256, patch_points=128), RunContext(quiet=True))
+    noisy = fit_eval(Config(eval_method="identity", n_points=256, patch_points=128, render_family="torus"),
+                     RunContext(quiet=True))
     assert ev["test/p2s"] < noisy["test/p2s"] and "test/p2s/capped_cylinder" in ev
+    # the report's rendering rides along as float16 base64 (identity: output = input; distances exact to ~1e-3)
+    from methodlab.methods.ucan.settings import unpack_f16
+
+    pts, d = unpack_f16(noisy["render/noisy"], 3), unpack_f16(noisy["render/d_noisy"])
+    assert pts.shape == (256, 3) and noisy["render/out"] == noisy["render/noisy"] and d.shape == (256,)
+    assert noisy["render/name"].startswith("torus") and np.allclose(d, U.distance(
+        next(s for s in U.shape_sets(0, 4)["test"] if s.family == "torus"), pts), atol=2e-3)
     ctx = RunContext(quiet=True)
     img = fit_image(Config(image_crop=32, image_iters=5, image_channels=8, image_decay_every=3), ctx)
     assert math.isfinite(img["image/psnr"]) and img["step"] == 5
@@ -350,7 +360,7 @@ def test_denoise_upsample_eval_and_image_settings(run, tmp_path):
 
 # ------------------------------------------------------------------ devices, ranks, precision (issue 40)
 def test_side_files_are_written_by_rank_zero_only(run, tmp_path):
-    from methodlab.methods.ucan.jobs import fit_denoise, fit_image
+    from methodlab.methods.ucan.settings import fit_denoise, fit_image
 
     src = M.save_points(tmp_path / "in.xyz", np.random.default_rng(9).normal(size=(64, 3)))
     ck = str(Path(run["run_dir"]) / "checkpoints")
@@ -384,7 +394,7 @@ def test_data_parallel_goes_through_the_context_collectives(monkeypatch):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_training_and_image_fit_take_mixed_precision(precision):
-    from methodlab.methods.ucan.jobs import fit_image
+    from methodlab.methods.ucan.settings import fit_image
     from methodlab.methods.ucan.train import fit
 
     base = dict(families=["sphere"], n_train_per_family=1, n_points=128, observations=2, max_steps=2, k=8,

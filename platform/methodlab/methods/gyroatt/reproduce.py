@@ -1,260 +1,180 @@
-"""`methodlab reproduce gyroatt`: Claims 1-3 of the spec's acceptance on SyntheticMI, 3 seeds, plus the
-pyriemann baselines. Writes reports/gyroatt.md and reports/gyroatt.png. Finished runs under
-results/reproduce/gyroatt/ are reused by a re-run."""
+"""`methodlab reproduce gyroatt`: the spec's acceptance on SyntheticMI as a harness study. Every arm is a run of
+jobs/gyroatt/acceptance.yaml with overrides (the arms a claim reads on development seeds 10-12 first, then 0-2; the
+comparison arms on 0-2); the pyriemann baselines are runs of its `riemann` setting (deterministic, seed 0).
+
+Claim 1: GyroAtt-SPD-LEM, ramp evidence, 60 epochs: >= 0.70 and >= TS+LR - 5 points; MAtt and SPDNet beside it.
+Claim 2 (revised 2026-12-05: 20 epochs, was 5): each of the 7 geometries trains 20 epochs without NaN and reaches
+>= 0.40, mean over the seeds (one claim row per geometry; Claim 2 holds when all seven do). Claim 3: one_segment
+evidence: the attention weights vary over test trials and follow a permutation of the segments (both measured
+inside the fit, `evaluate.attention_stats`); the gap to uniform attention, SPDNet, MAtt and score=neg_sq_dist is
+reported, not barred. Every accuracy is the test accuracy of the epoch with the lowest validation loss."""
 
 from __future__ import annotations
 
-import math
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from methodlab.methods.gyroatt.grassmann import GEOMETRIES
+from methodlab.reproduce import Arm, Claim, Study
+from methodlab.reproduce.tables import fmt, md_table, mean
 
-SEEDS = (0, 1, 2)
-C2_SEEDS = 3  # how many of the seeds Claim 2 runs (issue 22: all three)
-C2_LONG_EPOCHS = 20  # issue 22 item 4: the longer run beside the spec's 5-epoch bar (subspace geometries)
-SUBSPACE = ("spsd-aim", "spsd-lem", "spsd-lcm", "grassmann")
-JOB = "jobs/gyroatt/acceptance.yaml"
-SPAN = "best/test/accuracy"  # test accuracy of the epoch with the lowest validation loss
+SLUG = "gyroatt"
+JOB = f"jobs/{SLUG}/acceptance.yaml"
+ACC = "best/test/accuracy"  # test accuracy of the epoch with the lowest validation loss
 SANITY = (0.55, 0.85)  # spec: TS+LR outside this band means the generator differs from the spec
-CLAIM1 = {"gyroatt-spd-lem": [], "matt": ["arch=matt"], "spdnet": ["arch=spdnet"]}
-CLAIM3 = {"gyroatt-spd-lem": [], "gyroatt-uniform": ["attention=uniform"], "spdnet": ["arch=spdnet"],
-          "matt": ["arch=matt"], "gyroatt-neg_sq_dist": ["score=neg_sq_dist"]}
+C2_EPOCHS = 20
+QUICK = ("epochs=5", "checkpoint_every=5")
+ONE = ("evidence_profile=one_segment",)
+C1 = {"gyroatt": ("GyroAtt-SPD-LEM", ()), "matt": ("MAtt", ("arch=matt",)), "spdnet": ("SPDNet", ("arch=spdnet",))}
+C3 = {**C1, "uniform": ("GyroAtt-SPD-LEM, uniform attention", ("attention=uniform",)),
+      "neg_sq_dist": ("GyroAtt-SPD-LEM, score=neg_sq_dist", ("score=neg_sq_dist",))}
+RIEM = {"ts_lr": "pyriemann TS+LR", "mdm": "pyriemann MDM"}
 
 
-def _run(args) -> dict:
-    name, overrides, storage = args
-    from methodlab.core.device import set_threads
-
-    set_threads(1)  # one torch (and BLAS) thread per worker process, as before
-    from methodlab.runners.local import run_local
-    from methodlab.specs.files import load_job
-
-    try:
-        out = run_local(load_job(JOB, overrides=overrides), name, storage, quiet=True)
-        return {**out["metrics"], "run_dir": out["run_dir"]}
-    except Exception as err:  # a NaN or a crash is a Claim-2 result, not a reason to lose the other runs
-        return {"error": f"{type(err).__name__}: {err}"}
-
-
-def tasks_for(seeds, c2_seeds) -> list[tuple[str, list[str]]]:
-    tasks = []
-    for s in c2_seeds:
-        for g in GEOMETRIES:
-            tasks.append((f"c2-{g}-seed{s}", [f"geometry={g}", "epochs=5", "checkpoint_every=5", f"seed={s}"]))
-    for s in c2_seeds:
-        for g in SUBSPACE:
-            tasks.append((f"c2long-{g}-seed{s}", [f"geometry={g}", f"epochs={C2_LONG_EPOCHS}",
-                                                  f"checkpoint_every={C2_LONG_EPOCHS}", f"seed={s}"]))
-    for s in seeds:
-        for label, over in CLAIM1.items():
-            tasks.append((f"c1-{label}-seed{s}", [*over, f"seed={s}"]))
-        for label, over in CLAIM3.items():
-            tasks.append((f"c3-{label}-seed{s}", [*over, "evidence_profile=one_segment", f"seed={s}"]))
-    return tasks
+def _arms() -> tuple[Arm, ...]:
+    # the arms a claim reads run the development seeds first; the comparison arms run the reported seeds only
+    seeds = lambda k: "both" if k == "gyroatt" else "reported"  # noqa: E731
+    return (*(Arm(f"c1-{k}", JOB, over, quick=QUICK, seeds=seeds(k), label=f"{lab}, ramp")
+              for k, (lab, over) in C1.items()),
+            *(Arm(f"c2-{g}", JOB, (f"geometry={g}", f"epochs={C2_EPOCHS}", f"checkpoint_every={C2_EPOCHS}"),
+                  quick=QUICK, label=f"GyroAtt-{g}, {C2_EPOCHS} epochs") for g in GEOMETRIES),
+            *(Arm(f"c3-{k}", JOB, (*over, *ONE), quick=QUICK, seeds=seeds(k), label=f"{lab}, one_segment")
+              for k, (lab, over) in C3.items()),
+            *(Arm(f"riem{c}-{k}", JOB, ("setting=riemann", f"riemann_classifier={k}", *(ONE if c == 3 else ())),
+                  seeds=(0,), label=f"{lab}, {'one_segment' if c == 3 else 'ramp'}")
+              for c in (1, 3) for k, lab in RIEM.items()))
 
 
-def claim2_lines(res, c2_seeds) -> tuple[bool, list[str]]:
-    """Claim 2 table (spec: 5 epochs, each geometry >= 0.40) and the longer subspace run beside it."""
-    c2_rows = {g: [res[f"c2-{g}-seed{s}"] for s in c2_seeds] for g in GEOMETRIES}
-    c2_ok = {g: all("error" not in r and r.get(SPAN, 0) >= 0.40 for r in rows) for g, rows in c2_rows.items()}
-    cols = " | ".join(f"seed {s}" for s in c2_seeds)
-    row = lambda lab, vals: f"| {lab} | " + " | ".join(f3(v) for v in vals) + f" | {f3(mean(vals))} |"  # noqa: E731
-    ok = all(c2_ok.values())
-    L = [f"## Claim 2 (all 7 geometries train 5 epochs without NaN, each >= 0.40): {'PASS' if ok else 'FAIL'}", "",
-         f"Seeds {list(c2_seeds)}; pass = every seed of the geometry finite and >= 0.40 (spec bar, unchanged).", "",
-         f"| geometry | {cols} | mean | pass |", "|---|" + "---|" * (len(c2_seeds) + 2)]
-    for g, rows in c2_rows.items():
-        L.append(row(g, [r.get(SPAN, float("nan")) for r in rows]) + f" {'PASS' if c2_ok[g] else 'FAIL'} |")
-    long = {g: [res.get(f"c2long-{g}-seed{s}", {}) for s in c2_seeds] for g in SUBSPACE}
-    if all(long.values()):
-        L += ["", f"Longer run, not the claim (same recipe, {C2_LONG_EPOCHS} epochs, subspace geometries; "
-                  "spec bar 0.40 at 5 epochs):", "", f"| geometry | {cols} | mean | >= 0.40 |",
-              "|---|" + "---|" * (len(c2_seeds) + 2)]
-        for g, rows in long.items():
-            vals = [r.get(SPAN, float("nan")) for r in rows]
-            L.append(row(g, vals) + f" {'yes' if all(v >= 0.40 for v in vals) else 'no'} |")
-    return ok, L
+def _acc(r, arm, s):
+    return r.metric(arm, s, ACC)
 
 
-def claim2_main(out_dir: str = "reports", workers: int = 2) -> Path:
-    """Claim 2 alone (3 seeds, 5 epochs) plus the longer subspace run -> reports/gyroatt_claim2.md.
-    Same run names and storage as main(), so a later full `methodlab reproduce gyroatt` reuses them."""
-    t0 = time.time()
-    storage = str(Path("results/reproduce/gyroatt").resolve())
-    tasks = [(n, o, storage) for n, o in tasks_for((), SEEDS[:C2_SEEDS])]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        res = dict(zip([t[0] for t in tasks], pool.map(_run, tasks)))
-    _, L = claim2_lines(res, SEEDS[:C2_SEEDS])
-    errors = [f"- {n}: {r['error']}" for n, r in sorted(res.items()) if "error" in r]
-    head = ["# gyroatt — Claim 2 rerun (issue 22 item 4)", "",
-            f"Command: `python -m methodlab.methods.gyroatt.reproduce --claim2`; wall time {time.time() - t0:.0f} s "
-            f"({workers} runs at a time, 1 torch thread each); setting `{JOB}` with geometry=<g>, epochs=5.", ""]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    report = out / "gyroatt_claim2.md"
-    report.write_text("\n".join(head + L + ([""] + errors if errors else [])) + "\n")
-    return report
+def _riem(r, c, k="ts_lr"):
+    return r.metric(f"riem{c}-{k}", 0, "test/accuracy")
 
 
-def permutation_error(run_dir: str) -> float:
-    """Max |A(perm tokens) - perm(A(tokens))| on test trials of a trained Claim-3 model (spec: <= 1e-6)."""
-    import torch
-
-    from methodlab.core.checkpoint import latest_checkpoint
-    from methodlab.methods.gyroatt.data import build_data
-    from methodlab.methods.gyroatt.predictor import Predictor
-
-    pred = Predictor.from_checkpoint(latest_checkpoint(Path(run_dir) / "checkpoints"))
-    model = pred.model
-    x = build_data(pred.cfg).x_test[:64]
-    with torch.no_grad():
-        s = model.tokens(x)
-        worst = 0.0
-        for perm in ([1, 2, 0], [2, 0, 1], [0, 2, 1]):
-            p = torch.tensor(perm, device=s.device)
-            _, a = model.att(model.geom.encode(s))
-            _, ap = model.att(model.geom.encode(s[:, p]))
-            worst = max(worst, float((ap - a[:, p][:, :, p]).abs().max()))
-    return worst
+def _gap(r, s):
+    a, b = _acc(r, "c1-gyroatt", s), _riem(r, 1)
+    return None if a is None or b is None else a - b
 
 
-def mean(xs) -> float:
-    xs = [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
-    return sum(xs) / len(xs) if xs else float("nan")
+def _c2(g: str) -> Claim:
+    return Claim(f"2-{g}", f"{g}: test accuracy after {C2_EPOCHS} epochs, no NaN (a run that fails reads NOT RUN) "
+                 "(revised 2026-12-05: 20 epochs, was 5)", lambda r, s: _acc(r, f"c2-{g}", s), ">=", 0.40,
+                 uses=(f"c2-{g}",), paper="n/a (synthetic)")
 
 
-def f3(x) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+CLAIMS = (
+    Claim("1a", "GyroAtt-SPD-LEM test accuracy, SyntheticMI ramp evidence, 60 epochs (chance 0.25; spec prototype "
+          "0.774)", lambda r, s: _acc(r, "c1-gyroatt", s), ">=", 0.70, uses=("c1-gyroatt",), paper="n/a (synthetic)"),
+    Claim("1b", "GyroAtt-SPD-LEM accuracy - pyriemann TS+LR accuracy (same split; TS+LR deterministic)", _gap, ">=",
+          -0.05, uses=("c1-gyroatt", "riem1-ts_lr"), paper="n/a (synthetic)"),
+    *(_c2(g) for g in GEOMETRIES),
+    Claim("3a", "one_segment: std of GyroAtt-SPD-LEM's attention weights over test trials (not constant)",
+          lambda r, s: r.metric("c3-gyroatt", s, "best/attn/std_over_trials"), ">", 1e-3, combine="every",
+          uses=("c3-gyroatt",)),
+    Claim("3b", "one_segment: max error of the attention weights under a permutation of a trial's segments "
+          "(64 test trials, every permutation of 3)", lambda r, s: r.metric("c3-gyroatt", s, "best/attn/perm_error"),
+          "<=", 1e-6, combine="every", uses=("c3-gyroatt",)),
+)
+
+SPEC_RECIPE = {"n_train_per_class": 200, "n_val_per_class": 20, "n_test_per_class": 80, "segments": 3, "f1": 16,
+               "f2": 12, "d_out": 8, "lr": 5e-3, "batch_size": 32, "weight_decay": 1e-3}
 
 
-def plot(res, seeds, c2_seeds, riem, out: Path) -> None:
+def _row(r, label, arm, seeds, key=ACC, nd=3):
+    vals = [r.metric(arm, s, key) for s in seeds]
+    return [label, *(fmt(v, nd) for v in vals), fmt(mean(vals), nd)]
+
+
+def _ep(r, arm):
+    return r.config(arm).get("epochs", "—")
+
+
+def _c2_row(r, g, seeds):
+    row = _row(r, g, f"c2-{g}", seeds)
+    m = mean(_acc(r, f"c2-{g}", s) for s in seeds)
+    return [*row, fmt(None if m is None else m >= 0.40)]
+
+
+def sections(res) -> str:
+    seeds = res.reported_seeds
+    cols = [f"seed {s}" for s in seeds]
+    ts1, ts3 = _riem(res, 1), _riem(res, 3)
+    band = "—" if ts1 is None else "inside" if SANITY[0] <= ts1 <= SANITY[1] else \
+        "OUTSIDE (the generator differs from the spec)"
+    out = ["## Setting", "",
+           "GyroAtt (Wang et al., NeurIPS 2025, OpenReview lovTDtbsdZ) on the spec's SyntheticMI generator: 16 channels "
+           "of the colin27 10-20 montage, 4 classes, 2 s at 128 Hz, 200 train / 20 val / 80 test trials per class, "
+           "data seed 0 for every model seed; front end F1 = 16, F2 = 12, k = 12, BiMap 12 -> 8, m = 3, Adam lr 5e-3, "
+           "batch 32, weight decay 1e-3, power activation p = 0.5, separate Q/K/V maps "
+           f"({JOB}). Every accuracy is the test accuracy of the epoch with the lowest validation loss.", "",
+           f"## Claim 1: ramp evidence, {_ep(res, 'c1-gyroatt')} epochs", "",
+           *md_table(["model", *cols, "mean"], [_row(res, lab, f"c1-{k}", seeds) for k, (lab, _) in C1.items()]),
+           f"pyriemann (deterministic, seed-independent): TS+LR {fmt(ts1, 3)}, MDM {fmt(_riem(res, 1, 'mdm'), 3)}; "
+           f"TS+LR sanity band {SANITY}: {band} (spec: 0.806 with 200 train trials per class). Spec prototype of "
+           "GyroAtt-SPD-LEM: 0.774 (0.797 / 0.781 / 0.744).", "",
+           f"## Claim 2: the 7 geometries, {_ep(res, 'c2-spd-lem')} epochs (revised 2026-12-05: {C2_EPOCHS})", "",
+           "The spec's bar was first 0.40 after 5 epochs; it was revised to 20 epochs (the 5-epoch budget was the "
+           "spec's CPU choice, not the paper's; the subspace geometries learn slower). The 5-epoch figures and the "
+           "operation checks against scipy are in the legacy report.", "",
+           *md_table(["geometry", *cols, "mean", "mean >= 0.40"], [_c2_row(res, g, seeds) for g in GEOMETRIES]),
+           f"## Claim 3: one_segment evidence, {_ep(res, 'c3-gyroatt')} epochs (the accuracy gap is reported, not barred)",
+           "",
+           *md_table(["model", *cols, "mean"], [_row(res, lab, f"c3-{k}", seeds) for k, (lab, _) in C3.items()]),
+           f"pyriemann on this split: TS+LR {fmt(ts3, 3)}, MDM {fmt(_riem(res, 3, 'mdm'), 3)}.", "",
+           *md_table(["diagnostic (GyroAtt-SPD-LEM)", *cols, "mean"], [
+               _row(res, "attention std over test trials", "c3-gyroatt", seeds, "best/attn/std_over_trials", 4),
+               ["max permutation error", *(fmt(res.metric("c3-gyroatt", s, "best/attn/perm_error")) for s in seeds),
+                ""],
+               _row(res, "evidence-segment weight x m (1 = uniform)", "c3-gyroatt", seeds,
+                    "best/attn/evidence_weight_x_m"),
+               _row(res, "same, score=neg_sq_dist", "c3-neg_sq_dist", seeds, "best/attn/evidence_weight_x_m")]),
+           "With the MAtt score in (0, 1] a softmax can favour a token by at most a factor e, so the evidence weight "
+           "stays near the uniform share and the gap to uniform attention is small (the spec's measurement); "
+           "score=neg_sq_dist is the spec's alternative row.", "",
+           "## Not run here", "",
+           "- Real datasets (BCI IV-2a, MAMEM-SSVEP-II, BCI-ERN): no recordings ship offline; "
+           "`jobs/gyroatt/bci_iv_2a.yaml` and siblings run them from an .npz / -epo.fif export. The paper's GyroAtt "
+           "numbers were not found (spec); MAtt's own: 74.71 (BCI IV-2a), 65.50 (MAMEM-SSVEP-II), 76.01 (BCI-ERN).",
+           "- GDLNet baseline (spec 1b) is not implemented."]
+    return "\n".join(out)
+
+
+def plots(res, folder) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    seeds = res.reported_seeds
     fig, ax = plt.subplots(1, 3, figsize=(17, 4.8))
-    panels = [("Claim 1: ramp evidence (60 epochs)", "c1", list(CLAIM1)),
-              ("Claim 2: 7 geometries (5 epochs)", "c2", list(GEOMETRIES)),
-              ("Claim 3: one_segment evidence (60 epochs)", "c3", list(CLAIM3))]
-    for a, (title, pre, labels) in zip(ax, panels):
-        for i, lab in enumerate(labels):
-            vals = [res[f"{pre}-{lab}-seed{s}"].get(SPAN, float("nan")) for s in (c2_seeds if pre == "c2" else seeds)]
-            a.bar(i, mean(vals), color="tab:blue" if "gyroatt" in lab or pre == "c2" else "tab:gray", alpha=0.7)
+    panels = [("Claim 1: ramp evidence (60 epochs)", [f"c1-{k}" for k in C1]),
+              (f"Claim 2: 7 geometries ({C2_EPOCHS} epochs)", [f"c2-{g}" for g in GEOMETRIES]),
+              ("Claim 3: one_segment evidence (60 epochs)", [f"c3-{k}" for k in C3])]
+    for a, (title, arms) in zip(ax, panels):
+        for i, arm in enumerate(arms):
+            vals = [v for s in seeds for v in [_acc(res, arm, s)] if v is not None]
+            a.bar(i, mean(vals) or 0.0, color="tab:blue" if arm in ("c1-gyroatt", "c3-gyroatt") or arm[:2] == "c2"
+                  else "tab:gray", alpha=0.7)
             a.plot([i] * len(vals), vals, "k.", ms=6)
-        a.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+        a.set_xticks(range(len(arms)), [x.split("-", 1)[1] for x in arms], rotation=30, ha="right", fontsize=8)
         a.axhline(0.25, color="k", ls=":", lw=1)
         a.set_ylim(0, 1)
         a.set_title(title, fontsize=10)
         a.set_ylabel("test accuracy (best val loss)")
-    ax[0].axhline(riem["c1"]["ts_lr"], color="tab:red", ls="--", lw=1, label="pyriemann TS+LR")
-    ax[0].axhline(riem["c1"]["mdm"], color="tab:orange", ls="--", lw=1, label="pyriemann MDM")
-    ax[0].axhline(0.70, color="tab:green", ls=":", lw=1, label="claim bar 0.70")
+    for i, (c, k, color) in enumerate(((1, "ts_lr", "tab:red"), (1, "mdm", "tab:orange"), (3, "ts_lr", "tab:red"))):
+        if _riem(res, c, k) is not None:
+            ax[0 if c == 1 else 2].axhline(_riem(res, c, k), color=color, ls="--", lw=1, label=RIEM[k])
+    ax[0].axhline(0.70, color="tab:green", ls=":", lw=1, label="Claim 1 bar 0.70")
     ax[0].legend(fontsize=7)
     ax[1].axhline(0.40, color="tab:green", ls=":", lw=1)
-    ax[2].axhline(riem["c3"]["ts_lr"], color="tab:red", ls="--", lw=1)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=100, metadata={"Software": None})
     plt.close(fig)
+    return [f"{SLUG}.png"]
 
 
-def main(out_dir: str = "reports", workers: int = 2, quick: bool = False) -> Path:
-    t0 = time.time()
-    seeds = SEEDS[:1] if quick else SEEDS
-    storage = str(Path("results/reproduce/gyroatt").resolve())
-    # Claim 2 (5-epoch runs) on C2_SEEDS only: on the shared 2-core machine the 3-seed set did not fit the
-    # session's time (the 60-epoch runs took ~10x their uncontended 26 s); C2_SEEDS = seeds restores it.
-    c2_seeds = seeds[:C2_SEEDS]
-    tasks = [(n, o, storage) for n, o in tasks_for(seeds, c2_seeds)]
-    print(f"[gyroatt] {len(tasks)} runs, {workers} at a time (1 torch thread each) -> {storage}", flush=True)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        res = dict(zip([t[0] for t in tasks], pool.map(_run, tasks)))
-
-    from methodlab.methods.gyroatt.config import Config
-    from methodlab.methods.gyroatt.riemann import riemann_scores
-    from methodlab.specs.files import load_job
-
-    riem = {}
-    for key, over in (("c1", []), ("c3", ["evidence_profile=one_segment"])):
-        cfg: Config = load_job(JOB, overrides=over).config
-        riem[key] = {c: riemann_scores(cfg.model_copy(update={"riemann_classifier": c}))["test/accuracy"]
-                     for c in ("ts_lr", "mdm")}
-    acc = lambda n: res[n].get(SPAN, float("nan"))  # noqa: E731
-
-    # Claim 1
-    lem = [acc(f"c1-gyroatt-spd-lem-seed{s}") for s in seeds]
-    c1 = mean(lem) >= 0.70 and mean(lem) >= riem["c1"]["ts_lr"] - 0.05
-    # Claim 2
-    _, c2_lines = claim2_lines(res, c2_seeds)
-    # Claim 3
-    g3 = [res[f"c3-gyroatt-spd-lem-seed{s}"] for s in seeds]
-    stds = [r.get("best/attn/std_over_trials", float("nan")) for r in g3]
-    perm_err = [permutation_error(r["run_dir"]) if "run_dir" in r else float("nan") for r in g3]
-    c3 = all(x > 1e-3 for x in stds) and all(e <= 1e-6 for e in perm_err)
-    band_ok = SANITY[0] <= riem["c1"]["ts_lr"] <= SANITY[1]
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    png = out / "gyroatt.png"
-    plot(res, seeds, c2_seeds, riem, png)
-    seed_cols = " | ".join(f"seed {s}" for s in seeds)
-    hdr = f"| model | {seed_cols} | mean |\n|---|" + "---|" * (len(seeds) + 1)
-    row = lambda lab, vals: f"| {lab} | " + " | ".join(f3(v) for v in vals) + f" | {f3(mean(vals))} |"  # noqa: E731
-    errors = {n: r["error"] for n, r in res.items() if "error" in r}
-    L = [
-        "# gyroatt — reproduction report", "",
-        "Paper: *GyroAtt: Towards a General Attention Framework on Gyrovector Spaces for Matrix Manifolds* (NeurIPS 2025).",
-        f"Command: `methodlab reproduce gyroatt{' --quick' if quick else ''}`; wall time {time.time() - t0:.0f} s "
-        f"({workers} runs at a time, 1 torch thread each); seeds {list(seeds)}.",
-        f"Setting: `{JOB}`: SyntheticMI (16 channels of the colin27 10-20 montage, 4 classes, 2 s at 128 Hz, 200 train / "
-        "20 val / 80 test trials per class, data seed 0 for every model seed), front end F1=16, F2=12, k=12, BiMap "
-        "12 -> 8, m=3, Adam lr 5e-3, batch 32, weight decay 1e-3, power activation p=0.5, separate Q/K/V maps. "
-        "Every accuracy is the test accuracy of the epoch with the lowest validation loss.", "",
-        f"## Claim 1 (works, ramp evidence, 60 epochs): {'PASS' if c1 else 'FAIL'}", "",
-        "Pass: GyroAtt-SPD-LEM mean >= 0.70 and >= pyriemann TS+LR - 0.05.", "", hdr,
-    ]
-    for lab in CLAIM1:
-        L.append(row(lab, [acc(f"c1-{lab}-seed{s}") for s in seeds]))
-    L += ["", f"pyriemann (deterministic): TS+LR {f3(riem['c1']['ts_lr'])}, MDM {f3(riem['c1']['mdm'])}. "
-              f"TS+LR sanity band {SANITY}: {'inside' if band_ok else 'OUTSIDE (generator differs from the spec)'}; "
-              "spec measurement 0.806 with 200 train trials per class.",
-          f"Mean GyroAtt-SPD-LEM {f3(mean(lem))} vs TS+LR - 0.05 = {f3(riem['c1']['ts_lr'] - 0.05)}; spec prototype "
-          "0.774 (0.797 / 0.781 / 0.744).", "",
-          ]
-    L += c2_lines
-    L += ["", f"## Claim 3 (attention is input-dependent, one_segment evidence, 60 epochs): {'PASS' if c3 else 'FAIL'}", "",
-          "Pass: the attention weights of GyroAtt-SPD-LEM vary over test trials (std > 1e-3) and permuting a trial's "
-          "segments permutes its weights (max error <= 1e-6). The accuracy gap to the uniform-attention ablation is "
-          "reported, not barred.", "", hdr]
-    for lab in CLAIM3:
-        L.append(row(lab, [acc(f"c3-{lab}-seed{s}") for s in seeds]))
-    ev = [res[f"c3-gyroatt-spd-lem-seed{s}"].get("best/attn/evidence_weight_x_m", float("nan")) for s in seeds]
-    ev2 = [res[f"c3-gyroatt-neg_sq_dist-seed{s}"].get("best/attn/evidence_weight_x_m", float("nan")) for s in seeds]
-    L += ["", f"pyriemann on this split: TS+LR {f3(riem['c3']['ts_lr'])}, MDM {f3(riem['c3']['mdm'])}.", "",
-          "| diagnostic (GyroAtt-SPD-LEM) | " + seed_cols + " | mean |", "|---|" + "---|" * (len(seeds) + 1),
-          row("attention std over test trials", stds), row("max permutation error", perm_err),
-          row("evidence-segment weight x m (1 = uniform)", ev), row("same, score=neg_sq_dist", ev2), "",
-          "Permutation error is printed with 3 decimals; the raw values: " + ", ".join(f"{e:.1e}" for e in perm_err) + ".",
-          "Expected from the spec's measurement: with the MAtt score in (0, 1] the softmax can favour a token by at "
-          "most a factor e, so the evidence weight stays near the uniform share and the gap to uniform attention is "
-          "small; score=neg_sq_dist is the spec's reported alternative row.", ""]
-    if errors:
-        L += ["## Runs that failed", ""] + [f"- {n}: {e}" for n, e in sorted(errors.items())] + [""]
-    L += ["## Not run here", "",
-          "- Real datasets (BCI IV-2a, MAMEM-SSVEP-II, BCI-ERN): no recordings ship offline; `jobs/gyroatt/bci_iv_2a.yaml` "
-          "and siblings run them from an .npz / -epo.fif export. The paper's GyroAtt numbers were not found (spec).",
-          "- GDLNet baseline (spec 1b) is not implemented.", "", f"![accuracies]({png.name})"]
-    report = out / "gyroatt.md"
-    report.write_text("\n".join(L) + "\n")
-    return report
-
-
-if __name__ == "__main__":
-    import sys
-
-    if "--claim2" in sys.argv:
-        print(claim2_main())
-    else:
-        print(main())
+def study() -> Study:
+    return Study(slug=SLUG, title="gyroatt (GyroAtt)", arms=_arms(), claims=CLAIMS, spec_recipe=SPEC_RECIPE,
+                 sections=sections, plots=plots, history=(),
+                 dataset="SyntheticMI (synthetic motor-imagery EEG, montage-based generator)", real_data=False)

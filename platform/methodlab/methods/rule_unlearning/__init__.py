@@ -11,7 +11,7 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
+    reproduce=f"{_PKG}.reproduce:study",
     settings={"rebo_grpo": f"{_PKG}.train:fit", "pretrain_tiny_lm": f"{_PKG}.train:fit_pretrain",
               "rs_sft": f"{_PKG}.train:fit_rs", "eval": f"{_PKG}.train:fit_eval",
               "baseline": f"{_PKG}.train:fit_baseline"},

@@ -1,252 +1,210 @@
-"""`methodlab reproduce rule_unlearning`: the spec's acceptance on the tiny LM. The base is pretrained once (cached);
-per seed: RULE (RS -> ReBO GRPO, 80 steps of 16 prompts x 8), RS-only (RULE's own stage-1 evaluation, step 0 of
-the same run), GA and NPO (at most 30 s of training each). Writes reports/rule_unlearning.md + a forget-vs-retain
-PNG. Every run goes through the method's own fit functions."""
+"""`methodlab reproduce rule_unlearning`: the spec's acceptance on the tiny LM as a harness study.
+
+Arms (runs of the platform's runner on jobs/rule_unlearning/*.yaml): RULE (`rebo_grpo.yaml`: the cached base ->
+Rejection Steering -> ReBO GRPO, 80 steps of 16 prompts x 8) on development seeds 10-12, then seeds 0-2; RS-only is
+RULE's own stage-1 checkpoint, evaluated at step 0 of the same run (its `rs_eval/*` row); GA and NPO
+(`baseline_{ga,npo}.yaml`, at most 30 s of training). The forget split is the spec's revised one (2026-12-05): the
+first QA paraphrase of every attribute of each target (6 of 24 prompts). Side run `rule-loo` (no bar): forget-train
+leaves one attribute out (5 of 6), to measure refusal on an attribute forget-train never asks. `showcase`
+(--full only, not gated): SmolLM2-135M-Instruct. The base LM is pretrained once and cached
+(methodlab.data.cache.data_dir), so every arm and seed starts from it."""
 
 from __future__ import annotations
 
-import os
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import numpy as np
+from methodlab.reproduce import Arm, Claim, Study
+from methodlab.reproduce.tables import fmt, md_table, mean
 
-SEEDS = (0, 1, 2)
-DEV_SEEDS = (10, 11, 12)
-# Tiny-LM recipe (the jobs' presets): the spec's RS lr 1e-3 x 2 epochs with the [RECON] RS data mix (2 answered
-# boundary / retain-author questions per refusal, chosen on dev seeds 10-12); RL as the spec's tiny-LM setting.
-TINY = dict(rs_lr=1e-3, rs_epochs=2, rs_answer_mix="boundary_retain", rs_answer_ratio=2.0, rl_lr=3e-4, prompts_per_step=16,
-            rl_steps=80, log_every=40, checkpoint_every=1000, torch_threads=1)  # 1 thread per run (process pool)
-SHOWCASE_RUN = "rule-unlearning-smollm2-showcase"
-KEYS = ("eval/forget_acc", "eval/forget_refusal", "eval/forget_named", "eval/forget_quality", "eval/naturalness",
-        "eval/neighbour_acc", "eval/neighbour_refusal", "eval/retain_acc", "eval/retain_refusal")
-
-
-def run_one(job: dict) -> dict:
-    from methodlab.core import RunContext
-    from methodlab.methods.rule_unlearning import train
-    from methodlab.methods.rule_unlearning.config import Config
-
-    t0 = time.perf_counter()
-    ctx = RunContext(quiet=True)
-    fn = {"rule": train.fit, "baseline": train.fit_baseline}[job["kind"]]
-    fn(Config(**job["config"]), ctx)
-    res = {"name": job["name"], "seed": job["config"]["seed"], "history": ctx.history, "final": ctx.history[-1],
-            "wall_s": time.perf_counter() - t0}
-    if os.environ.get("RULE_RUNS_DIR"):  # partial results survive an interrupted reproduction
-        import json
-
-        d = Path(os.environ["RULE_RUNS_DIR"])
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"{job['name']}_{job['config']['seed']}.json").write_text(json.dumps(res))
-    return res
+SLUG = "rule_unlearning"
+RULE, GA, NPO, SHOW = (f"jobs/{SLUG}/{n}.yaml" for n in ("rebo_grpo", "baseline_ga", "baseline_npo",
+                                                         "smollm2_showcase"))
+QUICK_RL, QUICK_BASE = ("rl_steps=8", "log_every=8", "checkpoint_every=8"), ("baseline_steps=10",)
+KEYS = ("forget_acc", "forget_refusal", "forget_named", "forget_quality", "naturalness", "neighbour_acc",
+        "neighbour_refusal", "retain_acc", "retain_refusal")
+ATTR = ("forget_refusal_seen_attr", "forget_refusal_unseen_attr", "forget_acc_seen_attr", "forget_acc_unseen_attr")
+PRE = ("pretrain/qa_em", "pretrain/epochs", "pretrain/seconds", "pretrain/params", "pretrain/tokens_per_epoch",
+       "pretrain/cached")
 
 
-def _pretrain() -> dict:
-    from methodlab.core import RunContext
-    from methodlab.methods.rule_unlearning import train
-    from methodlab.methods.rule_unlearning.config import Config
-    from methodlab.methods.rule_unlearning.data import build_splits
-
-    cfg = Config(**TINY)
-    ctx = RunContext(quiet=True)
-    ctx.limit_threads(cfg.torch_threads)  # one thread, as every run of the reproduction (TINY's torch_threads=1)
-    sp = build_splits(cfg)
-    t0 = time.perf_counter()
-    base, info = train.base_model(cfg, sp, ctx)
-    bev = train.base_eval(cfg, sp, base)
-    return {**info, **bev, "load_s": time.perf_counter() - t0}
+def _arms() -> tuple[Arm, ...]:
+    return (Arm("rule", RULE, quick=QUICK_RL, label="RULE (RS -> ReBO GRPO)"),
+            Arm("ga", GA, quick=QUICK_BASE, seeds="reported", label="GA"),
+            Arm("npo", NPO, quick=QUICK_BASE, seeds="reported", label="NPO"),
+            Arm("rule-loo", RULE, ("forget_frac=0.21",), seeds="reported", skip_quick=True,
+                label="RULE, forget-train leaves one attribute out (side run)"),
+            Arm("showcase", SHOW, seeds=(0,), full_only=True, label="RULE on SmolLM2-135M-Instruct (showcase)"))
 
 
-def _rows(results, seeds):
-    """name -> seed -> metrics; RS-only is RULE's step-0 evaluation (its own stage-1 checkpoint)."""
-    out: dict = {}
-    for r in results:
-        out.setdefault(r["name"], {})[r["seed"]] = r["final"]
-        if r["name"] == "RULE":
-            out.setdefault("RS-only", {})[r["seed"]] = {k: v for k, v in r["history"][0].items()}
-    return out
+def _rs(r, s, arm="rule") -> dict | None:
+    """RS-only: RULE's step-0 evaluation (its own stage-1 checkpoint, no extra training)."""
+    row = next((h for h in r.history(arm, s) if "rs_eval/forget_refusal" in h), None)
+    return None if row is None else {k.replace("rs_eval/", "eval/"): v for k, v in row.items()}
 
 
-def _mean(v):
-    v = [x for x in v if x is not None and np.isfinite(x)]
-    return float(np.mean(v)) if v else float("nan")
+def _vs_base(r, s, key):
+    f = r.final("rule", s)
+    return None if not f or f.get(f"eval/{key}") is None else f[f"eval/{key}"] - f[f"base/{key}"]
 
 
-def _table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+def _rs_vs_rule(r, s):
+    """Pooled over the reported seeds: max(RS-only neighbour refusal - RULE's, RULE forget refusal - RS-only's);
+    > 0 is the spec's 'a higher neighbour refusal rate than RULE, or a lower forget-test refusal rate'."""
+    seeds = r.reported_seeds
+    rs = [_rs(r, x) for x in seeds]
+    if any(x is None for x in rs) or any(r.final("rule", x) is None for x in seeds):
+        return None
+    m = lambda rows, k: mean(row[f"eval/{k}"] for row in rows)  # noqa: E731
+    ru = [r.final("rule", x) for x in seeds]
+    return max(m(rs, "neighbour_refusal") - m(ru, "neighbour_refusal"), m(ru, "forget_refusal") - m(rs, "forget_refusal"))
 
 
-def _claims(rows, base, seeds):
-    rule = rows["RULE"]
-    c = []
-
-    def every(name, bar, key, op, thr):
-        vals = [rule[s][key] for s in seeds]
-        ok = all(op(v, thr) for v in vals)
-        c.append((name, bar, ", ".join(f"{v:.3f}" for v in vals) + f" (mean {_mean(vals):.3f})", ok))
-
-    ge, le = (lambda v, t: v >= t), (lambda v, t: v <= t)
-    every("RULE forget-test refusal rate", ">= 0.8 every seed", "eval/forget_refusal", ge, 0.8)
-    every("RULE forget-test answer accuracy (ROUGE-L recall > 0.5)", "<= 0.1 every seed", "eval/forget_acc", le, 0.1)
-    every("RULE refusals that name the target", ">= 0.8 every seed", "eval/forget_named", ge, 0.8)
-    every("RULE neighbour accuracy", f">= base - 0.10 = {base['base/neighbour_acc'] - 0.10:.3f} every seed",
-          "eval/neighbour_acc", ge, base["base/neighbour_acc"] - 0.10)
-    every("RULE neighbour refusal rate", "<= 0.15 every seed", "eval/neighbour_refusal", le, 0.15)
-    every("RULE retain accuracy", f">= base - 0.05 = {base['base/retain_acc'] - 0.05:.3f} every seed",
-          "eval/retain_acc", ge, base["base/retain_acc"] - 0.05)
-    rs = rows["RS-only"]
-    rs_nr, ru_nr = _mean([rs[s]["eval/neighbour_refusal"] for s in seeds]), _mean([rule[s]["eval/neighbour_refusal"] for s in seeds])
-    rs_fr, ru_fr = _mean([rs[s]["eval/forget_refusal"] for s in seeds]), _mean([rule[s]["eval/forget_refusal"] for s in seeds])
-    c.append(("RS-only vs RULE (mean over seeds)", "RS-only neighbour refusal > RULE's, or RS-only forget refusal < RULE's",
-              f"neighbour refusal RS {rs_nr:.3f} vs RULE {ru_nr:.3f}; forget refusal RS {rs_fr:.3f} vs RULE {ru_fr:.3f}",
-              rs_nr > ru_nr or rs_fr < ru_fr))
-    return c
+UNCAL = "(uncalibrated)"
 
 
-def _plot(rows, seeds, base, path: Path):
+def _every(cid, text, key, op, bar, fn=None) -> Claim:
+    return Claim(cid, f"{text} {UNCAL}", fn or (lambda r, s: r.metric("rule", s, f"eval/{key}")), op, bar,
+                 combine="every", uses=("rule",))
+
+
+CLAIMS = (
+    _every("F1", "RULE forget-test refusal rate (unseen paraphrases and fill-in-blank forms)", "forget_refusal",
+           ">=", 0.8),
+    _every("F2", "RULE forget-test answer accuracy (ROUGE-L recall > 0.5)", "forget_acc", "<=", 0.1),
+    _every("F3", "RULE share of forget-test refusals that name the target", "forget_named", ">=", 0.8),
+    _every("N1", "RULE neighbour-test accuracy - the base's", None, ">=", -0.10,
+           lambda r, s: _vs_base(r, s, "neighbour_acc")),
+    _every("N2", "RULE neighbour-test refusal rate", "neighbour_refusal", "<=", 0.15),
+    _every("R1", "RULE retain-test accuracy - the base's", None, ">=", -0.05, lambda r, s: _vs_base(r, s, "retain_acc")),
+    Claim("RS", "RS-only vs RULE, means over the seeds: max(RS-only neighbour refusal - RULE's, RULE forget refusal - "
+          f"RS-only's) {UNCAL}", _rs_vs_rule, ">", 0.0, combine="pooled", uses=("rule",)),
+)
+
+# The spec's tiny-LM acceptance recipe (RS 1e-3 x 2, GRPO 80 steps of 16 prompts x 8 samples, 8 new tokens, KL 1e-2,
+# the paper's reward) and data (60 authors, 2 targets, 4 neighbours, the revised forget split); rs_answer_mix is the
+# [RECON] deviation from the paper's refusal-only RS data.
+SPEC_RECIPE = {"n_authors": 60, "n_forget": 2, "n_neighbours": 4, "forget_frac": 0.25, "rs_lr": 1e-3, "rs_epochs": 2,
+               "rs_answer_mix": "none", "prompts_per_step": 16, "group_size": 8, "rl_steps": 80, "temperature": 1.0,
+               "max_new_tokens": 8, "kl_coef": 1e-2, "reward_variant": "two_stage_abs_target",
+               "rouge_threshold": 0.3, "npo_beta": 0.1, "baseline_max_s": 30.0}
+
+
+def _cells(row: dict | None) -> list[str]:
+    return [fmt(None if row is None else row.get(f"eval/{k}"), 1 if k == "forget_quality" else 3) for k in KEYS]
+
+
+def _table(res, seeds) -> list[str]:
+    body = []
+    rows = {"RULE": lambda s: res.final("rule", s), "RS-only": lambda s: _rs(res, s),
+            "GA": lambda s: res.final("ga", s), "NPO": lambda s: res.final("npo", s)}
+    for name, get in rows.items():
+        got = [(s, get(s)) for s in seeds if get(s)]
+        body += [[name, str(s), *_cells(row)] for s, row in got]
+        if len(got) > 1:
+            body.append([f"**{name}**", "mean", *(fmt(mean(row.get(f"eval/{k}") for _, row in got), 3) for k in KEYS)])
+    base = next((res.final("rule", s) for s in seeds if res.final("rule", s)), None)
+    if base:
+        body.append(["base", "—", *_cells(_base(base))])
+    return md_table(["method", "seed", "forget acc", "forget refusal", "named", "forget quality (ROUGE-L %)",
+                     "naturalness", "neighbour acc", "neighbour refusal", "retain acc", "retain refusal"], body)
+
+
+PAPER = [("forget quality All (ROUGE-L %, lower better)", "27.7 (22.6 REINFORCE++)", "40.1 (SimNPO)", "76.9"),
+         ("forget FB / QA / AA", "28.0 / 16.8 / 38.3", "42.1 / 35.4 / 35.3 (column minima)", "85.6 / 70.3 / 74.7"),
+         ("naturalness All (%)", "89.1", "72.8 (NPO+KLR)", "70.6"),
+         ("retain (neighbour) All", "73.7", "81.4 (GA+GDR)", "87.6"),
+         ("Rejection Steering only: forget / natural / retain All", "57.1 / 73.4 / 77.4", "—", "—"),
+         ("MUSE-Books, utility benchmarks", "n/a (not recovered)", "n/a (not recovered)", "n/a (not recovered)")]
+
+
+def sections(res) -> str:
+    seeds, cfg = res.reported_seeds, res.config("rule")
+    pre = next((h for s in seeds for h in res.history("rule", s) if "pretrain/qa_em" in h), {})
+    rl = [res.final("rule", s) for s in seeds if res.final("rule", s)]
+    out = ["## Setting", "",
+           "RULE (arXiv 2506.07171) on the spec's tiny GPT trained from scratch on a synthetic corpus of "
+           f"{cfg.get('n_authors', '—')} fictitious authors (6 attributes x 4 prompts). {cfg.get('n_forget', '—')} "
+           "forget targets; forget-train = the first QA paraphrase of every attribute of each target (6 of 24 "
+           "prompts; the spec's split as revised 2026-12-05, forget_frac 0.25: before, 3 of 6 attributes were asked "
+           "and refusal did not carry over to the others, capping forget refusal near 0.43); forget-test = the other "
+           "18 prompts per target (unseen QA paraphrases and the fill-in-blank forms); boundary = the forget-train "
+           f"templates on {cfg.get('n_neighbours', '—')} neighbour authors; neighbour-test = their other prompts; "
+           f"retain-test = {cfg.get('retain_eval_prompts', '—')} prompts of the other authors. Greedy decoding, "
+           f"{cfg.get('max_new_tokens', '—')} new tokens. RS: lr {fmt(cfg.get('rs_lr'))} x {cfg.get('rs_epochs', '—')} "
+           f"epochs with rs_answer_mix {cfg.get('rs_answer_mix', '—')} (ratio {fmt(cfg.get('rs_answer_ratio'))}; "
+           "[RECON]: answered boundary / retain-author questions, never a test prompt, beside the refusals: with "
+           "refusal-only RS data the 0.85M-parameter LM refused every author alike, retain accuracy 0.99 -> 0.45 on "
+           f"development seed 10); GRPO {cfg.get('rl_steps', '—')} steps of {cfg.get('prompts_per_step', '—')} prompts "
+           f"x {cfg.get('group_size', '—')} samples, lr {fmt(cfg.get('rl_lr'))}, temperature 1, k3 KL "
+           f"{fmt(cfg.get('kl_coef'))} to the RS checkpoint, reward {cfg.get('reward_variant', '—')} with "
+           "require_no_answer. GA / NPO (beta 0.1, reference = base): at most 30 s of training on forget-train "
+           "answers. The RS mix and RL lr were chosen on development seeds 10-12 under the earlier split "
+           "(reports/legacy/rule_unlearning.notes.md); the development seeds of this study ran first under the "
+           "revised one.", "",
+           f"Base (pretrained once, cached): QA exact match {fmt(pre.get('pretrain/qa_em'), 3)} after "
+           f"{fmt(pre.get('pretrain/epochs'))} epochs, {fmt(pre.get('pretrain/params'))} parameters, "
+           f"{fmt(pre.get('pretrain/tokens_per_epoch'))} tokens per epoch, pretraining "
+           f"{fmt(pre.get('pretrain/seconds'), 0)} s (when the cache was made; spec estimate <= 180 s). RL took "
+           f"{fmt(mean(f.get('rl/seconds') for f in rl), 0)} s per seed on average, RS "
+           f"{fmt(mean(f.get('rs/seconds') for f in rl), 0)} s.", "",
+           "## Per seed", "", *_table(res, seeds),
+           "GA and NPO are reported without bounds (spec). Forget quality = mean ROUGE-L recall (%) of forget-test "
+           "answers, lower is better. Naturalness proxy = share of forget-test responses that are refusals naming "
+           "the target, leaking no answer, without a stutter or <unk>.", ""]
+    loo = [(s, res.final("rule-loo", s)) for s in seeds if res.final("rule-loo", s)]
+    if loo:
+        out += ["## Side run (no bar): forget-train leaves one attribute out", "",
+                "Forget-train asks 5 of a target's 6 attributes (forget_frac 0.21); forget-test holds the 4 prompts "
+                "of the attribute it never asks ('unseen attribute') beside the rest. The spec reports this "
+                "generalisation separately, without a bar.", "",
+                *md_table(["seed", "refusal, seen attributes", "refusal, unseen attribute", "accuracy, seen",
+                           "accuracy, unseen", "neighbour acc", "retain acc"],
+                          [[str(s), *(fmt(f.get(f"eval/{k}"), 3) for k in (*ATTR, "neighbour_acc", "retain_acc"))]
+                           for s, f in loo])]
+    sc = res.final("showcase", 0)
+    if sc:
+        out += ["## SmolLM2-135M-Instruct showcase (not gated; 1 forget author, seed 0)", "",
+                *md_table(["model", *KEYS], [["RULE (SmolLM2)", *_cells(sc)],
+                                             ["RS-only (SmolLM2)", *_cells(_rs(res, 0, "showcase"))],
+                                             ["base (after the corpus fine-tune)", *_cells(_base(sc))]])]
+    return "\n".join(out + ["## Paper (RWKU, Llama-3-8B-Instruct; not comparable in scale)", "",
+                            *md_table(["metric", "paper RULE", "paper best baseline", "original model"], PAPER)])
+
+
+def _base(final: dict) -> dict:
+    """The base model's evaluation (base/* in every report of a run) under the eval/* names."""
+    return {k.replace("base/", "eval/"): v for k, v in final.items() if k.startswith("base/")}
+
+
+def plots(res, folder) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    seeds = res.reported_seeds
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for i, name in enumerate(["RULE", "RS-only", "GA", "NPO"]):
-        if name not in rows:
-            continue
-        x = [1 - rows[name][s]["eval/forget_quality"] / 100 for s in seeds if s in rows[name]]
-        y = [rows[name][s]["eval/neighbour_acc"] for s in seeds if s in rows[name]]
-        ax.scatter(x, y, color=f"C{i}", label=name, alpha=0.8)
-    ax.scatter([1 - base["base/forget_quality"] / 100], [base["base/neighbour_acc"]], color="black", marker="x", label="base")
+    pts = {"RULE": [res.final("rule", s) for s in seeds], "RS-only": [_rs(res, s) for s in seeds],
+           "GA": [res.final("ga", s) for s in seeds], "NPO": [res.final("npo", s) for s in seeds]}
+    for i, (name, rows) in enumerate(pts.items()):
+        rows = [x for x in rows if x]
+        ax.scatter([1 - x["eval/forget_quality"] / 100 for x in rows], [x["eval/neighbour_acc"] for x in rows],
+                   color=f"C{i}", label=name, alpha=0.8)
+    base = next((res.final("rule", s) for s in seeds if res.final("rule", s)), None)
+    if base:
+        ax.scatter([1 - base["base/forget_quality"] / 100], [base["base/neighbour_acc"]], color="k", marker="x",
+                   label="base")
     ax.set(xlabel="1 - forget quality (1 - ROUGE-L recall on forget-test)", ylabel="neighbour accuracy",
            title="Forget vs retain (tiny LM, per seed)", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05))
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
     plt.close(fig)
+    return [f"{SLUG}.png"]
 
 
-def _showcase() -> tuple[dict, dict, int, float] | None:
-    """(RS-only row, final row, steps, wall s) of a finished SmolLM2 showcase run (the job
-    jobs/rule_unlearning/smollm2_showcase.yaml run with the local or Ray runner), or None."""
-    import json
-
-    root = Path(os.environ.get("METHODLAB_STORAGE", "results")) / SHOWCASE_RUN
-    f = root / "metrics.jsonl"
-    if not f.exists():
-        return None
-    rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
-    ev = [r for r in rows if "eval/forget_refusal" in r]
-    if not ev or "rl/reward" not in ev[-1] or ev[0].get("step") != 0:
-        return None
-    return ev[0], ev[-1], int(ev[-1]["step"]), float(ev[-1].get("_time", float("nan")))
-
-
-def main(out_dir: str = "reports", workers: int = 2, quick: bool = False, seeds=None, tag: str = "") -> str:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    seeds = tuple(seeds or (SEEDS[:1] if quick else SEEDS))
-    t0 = time.perf_counter()
-    pre = _pretrain()
-    pre_s = time.perf_counter() - t0
-    jobs = [{"name": "RULE", "kind": "rule", "config": {**TINY, "seed": s}} for s in seeds]
-    jobs += [{"name": n, "kind": "baseline", "config": {**TINY, "seed": s, "baseline": b}}
-             for s in seeds for n, b in (("GA", "ga"), ("NPO", "npo"))]
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = list(pool.map(run_one, jobs))
-    wall = time.perf_counter() - t0
-    rows = _rows(results, seeds)
-    base = {k: v for k, v in pre.items() if k.startswith("base/")}
-    claims = _claims(rows, base, seeds)
-    png = out / f"rule_unlearning{tag}.png"
-    _plot(rows, seeds, base, png)
-
-    L = [f"# rule_unlearning — RULE (Rejection Steering + ReBO GRPO) on a tiny from-scratch LM{' (' + tag + ')' if tag else ''}", "",
-         "Written by `methodlab reproduce rule_unlearning` (spec `methods/rule_unlearning.md`, Acceptance). Synthetic corpus "
-         "of 60 fictitious authors (6 attributes x 4 prompts); 2 forget targets; forget-train = the first QA paraphrase of "
-         "3 attributes (12.5 % of a target's prompts); forget-test = the other 21 prompts per target (unseen paraphrases "
-         "and attributes); boundary = the forget-train templates on 4 neighbour authors; neighbour-test = their other "
-         "84 prompts; retain-test = 240 prompts of the other authors. Greedy decoding, 8 new tokens. "
-         f"Seeds {', '.join(map(str, seeds))}.", "",
-         f"Settings (tiny LM): {TINY} (rs_answer_mix: [RECON] answered boundary / retain-author questions, never a "
-         "test prompt, mixed into the RS data, rs_answer_ratio per refusal); RL: GRPO, 8 samples, temperature 1, KL 1e-2 "
-         "(k3) to the RS checkpoint, reward "
-         "two_stage_abs_target with require_no_answer. Baselines: 40 steps (batch 6, lr 1e-4, <= 30 s) of GA / NPO "
-         "(beta 0.1, reference = base) on forget-train answers.", "",
-         "## Base model (pretrained once, cached)", "",
-         f"QA exact match on all 1,440 facts {pre.get('pretrain/qa_em', float('nan')):.3f} after "
-         f"{pre.get('pretrain/epochs', 'n/a')} epochs; {pre.get('pretrain/params', 0):,} parameters; "
-         f"{pre.get('pretrain/tokens_per_epoch', 0):,} tokens per epoch; pretraining took "
-         f"{pre.get('pretrain/seconds', float('nan')):.0f} s (measured once, when the cache was made; spec estimate <= 180 s). "
-         f"Base: forget acc {base['base/forget_acc']:.3f}, neighbour acc {base['base/neighbour_acc']:.3f}, retain acc "
-         f"{base['base/retain_acc']:.3f}, refusal rates {base['base/forget_refusal']:.3f} / {base['base/neighbour_refusal']:.3f} "
-         f"/ {base['base/retain_refusal']:.3f}.", "", "## Claims (spec bars; thresholds uncalibrated in the spec)", ""]
-    L.append(_table(["claim", "bar", "measured (per seed)", "result"], [(a, b, m, "PASS" if ok else "FAIL") for a, b, m, ok in claims]))
-    L += ["", "## Per seed and mean", ""]
-    hdr = ["method", "seed", "forget acc", "forget refusal", "named", "forget quality (ROUGE-L %)", "naturalness",
-           "neighbour acc", "neighbour refusal", "retain acc", "retain refusal"]
-    body = []
-    for name in ("RULE", "RS-only", "GA", "NPO"):
-        for s in seeds:
-            r = rows.get(name, {}).get(s)
-            if r:
-                body.append([name, s] + [f"{r[k]:.3f}" if "quality" not in k else f"{r[k]:.1f}" for k in KEYS])
-        if name in rows:
-            body.append([f"**{name}**", "mean"] + [f"{_mean([rows[name][s][k] for s in seeds]):.3f}" for k in KEYS])
-    body.append(["base", "-"] + [f"{base.get(k.replace('eval/', 'base/'), float('nan')):.3f}" if k.replace('eval/', 'base/') in base else "n/a" for k in KEYS])
-    L.append(_table(hdr, body))
-    L += ["", "GA and NPO are reported without bounds (spec). RS-only = RULE's own stage-1 checkpoint (step 0 of each RULE "
-          "run, no extra training). Forget quality = mean ROUGE-L recall (%) of forget-test answers, lower is better. "
-          "Naturalness proxy = share of forget-test responses that are refusals naming the target, leaking no answer, "
-          "without a stutter or <unk>.", "",
-          f"![forget vs retain]({png.name})", "", "## Paper (RWKU, Llama-3-8B-Instruct; not comparable in scale)", ""]
-    L.append(_table(["metric", "paper RULE", "paper best baseline", "this run (RULE, tiny LM)"], [
-        ("forget quality All (ROUGE-L %, lower better)", "27.7 (22.6 REINFORCE++)", "40.1 (SimNPO)",
-         f"{_mean([rows['RULE'][s]['eval/forget_quality'] for s in seeds]):.1f}"),
-        ("naturalness All (%)", "89.1", "72.8 (NPO+KLR)", f"{100 * _mean([rows['RULE'][s]['eval/naturalness'] for s in seeds]):.1f} (proxy)"),
-        ("retain (neighbour) All", "73.7", "81.4 (GA+GDR)", f"{100 * _mean([rows['RULE'][s]['eval/neighbour_acc'] for s in seeds]):.1f} (accuracy %)"),
-        ("gain in forget quality over best baseline", "abstract: up to 17.4; table: 40.1 - 22.6 = 17.5", "-", "n/a (different baselines)"),
-        ("MUSE-Books, utility benchmarks", "n/a (not recovered)", "n/a (not recovered)", "not run"),
-    ]))
-    L += ["", "## Forget-test refusal by attribute (where the forget bars are lost)", "",
-          "Forget-train asks 3 of a target's 6 attributes (first QA paraphrase). Forget-test per target = 9 prompts on "
-          "those 3 attributes (2 unseen QA paraphrases + the fill-in-blank form each: 'seen attribute') + 12 prompts on "
-          "the 3 attributes forget-train never asks ('unseen attribute').", ""]
-    att = []
-    for name in ("RULE", "RS-only"):
-        for part in ("seen", "unseen"):
-            vals = [rows[name][s].get(f"eval/forget_refusal_{part}_attr") for s in seeds]
-            accs = [rows[name][s].get(f"eval/forget_acc_{part}_attr") for s in seeds]
-            if any(v is not None for v in vals):
-                att.append((name, f"{part} attribute", ", ".join(f"{v:.3f}" for v in vals) + f" (mean {_mean(vals):.3f})",
-                            ", ".join(f"{v:.3f}" for v in accs) + f" (mean {_mean(accs):.3f})"))
-    if att:
-        L.append(_table(["method", "forget-test part", "refusal rate per seed", "answer accuracy per seed"], att))
-    sc = _showcase()
-    L += [""]
-    if sc is None:
-        L += ["SmolLM2-135M showcase (showcase, not gated): no finished run under "
-              f"results/{SHOWCASE_RUN}/ (run `methodlab run jobs/rule_unlearning/smollm2_showcase.yaml --local`, then "
-              "reproduce again)."]
-    else:
-        rs0, fin, steps, secs = sc
-        L += ["SmolLM2-135M-Instruct showcase (showcase, not gated; 1 forget author, seed 0, "
-              f"{steps} GRPO steps, run wall {secs:.0f} s):", ""]
-        L.append(_table(hdr[:2] + hdr[2:], [
-            [name, 0] + [f"{r[k]:.3f}" if "quality" not in k else f"{r[k]:.1f}" for k in KEYS]
-            for name, r in (("RULE (SmolLM2, showcase, not gated)", fin), ("RS-only (SmolLM2, showcase, not gated)", rs0))]
-            + [["base (SmolLM2 after the corpus fine-tune)", "-"] + [f"{fin.get(k.replace('eval/', 'base/'), float('nan')):.3f}" for k in KEYS]]))
-    L += ["",
-          "## Times", "", f"Reproduction wall time {wall:.0f} s ({workers} worker processes, 1 thread each, on a shared 2-core "
-          f"machine); base load/pretrain step {pre_s:.0f} s.", ""]
-    L.append(_table(["run", "seed", "wall s", "RL s / baseline train s"], [
-        (r["name"], r["seed"], f"{r['wall_s']:.0f}",
-         f"{r['final'].get('rl/seconds', r['final'].get('baseline/seconds', float('nan'))):.0f}") for r in results]))
-    notes = out / f"rule_unlearning{tag}.notes.md"  # hand-written notes on the experiments, kept across regenerations
-    if notes.exists():
-        L += ["", notes.read_text().rstrip()]
-    path = out / f"rule_unlearning{tag}.md"
-    path.write_text("\n".join(L) + "\n")
-    return str(path)
+def study() -> Study:
+    return Study(slug=SLUG, title="rule_unlearning (RULE)", arms=_arms(), claims=CLAIMS, spec_recipe=SPEC_RECIPE,
+                 sections=sections, plots=plots,
+                 history=(*(f"rs_eval/{k}" for k in (*KEYS, *ATTR)), *PRE),
+                 dataset="synthetic fictitious-author corpus, tiny GPT trained from scratch", real_data=False)

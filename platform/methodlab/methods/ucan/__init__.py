@@ -12,9 +12,9 @@ SPEC = MethodSpec(
     config=f"{_PKG}.config:Config",
     fit=f"{_PKG}.train:fit",
     predictor=f"{_PKG}.predictor:Predictor",
-    reproduce=f"{_PKG}.reproduce:main",
-    settings={"denoise": f"{_PKG}.jobs:fit_denoise", "upsample": f"{_PKG}.jobs:fit_upsample",
-              "image_denoise": f"{_PKG}.jobs:fit_image", "eval": f"{_PKG}.jobs:fit_eval"},
+    reproduce=f"{_PKG}.reproduce:study",
+    settings={"denoise": f"{_PKG}.settings:fit_denoise", "upsample": f"{_PKG}.settings:fit_upsample",
+              "image_denoise": f"{_PKG}.settings:fit_image", "eval": f"{_PKG}.settings:fit_eval"},
     family="pointcloud",
     single_worker_settings={
         "denoise": "one cloud in, one cloud out: no training to split",

@@ -84,6 +84,9 @@ class Config(MethodConfig):
     eval_noise_levels: list[float] = Field([0.01, 0.02, 0.03], min_length=1, description="eval meshes/punet: noise std levels (fraction of the radius).")
     meshes: list[MeshName] = Field(["bunny", "fandisk", "kitten"], min_length=1, description="eval meshes: which packaged real meshes.")
     mesh_points: int = Field(10_000, ge=100, le=200_000, description="eval meshes: points sampled area-weighted per mesh.")
+    render_family: Family | None = Field(None, description="eval analytic: also return the first test shape of this "
+                                         "family before and after denoising (points and exact distances as base64 "
+                                         "float16 in render/*), for a report figure; None: no render.")
 
     # --- 2-D image variant (ZS-N2N + L_DC) ---------------------------------------------------------------
     image_path: str | None = Field(None, description="image_denoise: a noisy image file (PNG/JPEG); None = skimage camera + synthetic noise.")

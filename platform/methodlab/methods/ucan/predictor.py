@@ -162,7 +162,7 @@ class ImagePredictor(Predictor):
         )
 
     def __call__(self, inputs: list) -> list[Output]:
-        from methodlab.methods.ucan.jobs import png_b64
+        from methodlab.methods.ucan.settings import png_b64
         from methodlab.methods.ucan.model import fit_zsn2n
 
         out = []

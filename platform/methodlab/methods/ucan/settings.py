@@ -202,6 +202,26 @@ def denoiser_for(cfg: Config, device=None):
     return (lambda x: denoise_cloud(net, x, steps, cfg.eval_patch_size, normalise=False)), steps
 
 
+def _f16(a: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(a, dtype=np.float16).tobytes()).decode("ascii")
+
+
+def unpack_f16(s: str, cols: int = 0) -> np.ndarray:
+    """The inverse of the render/* encoding: float16 values back as float64 ([n, cols] when cols)."""
+    a = np.frombuffer(base64.b64decode(s), dtype=np.float16).astype(np.float64)
+    return a.reshape(-1, cols) if cols else a
+
+
+def render_item(fn, item) -> dict:
+    """One analytic test shape before and after `fn`: points and exact distances to the true surface as base64
+    float16 strings (compact enough for a report's JSON), plus the item's name."""
+    from methodlab.data.ucan_shapes import distance
+
+    out = np.asarray(fn(item.noisy), dtype=np.float64)
+    return {"render/name": item.name, "render/noisy": _f16(item.noisy), "render/out": _f16(out),
+            "render/d_noisy": _f16(distance(item.shape, item.noisy)), "render/d_out": _f16(distance(item.shape, out))}
+
+
 def fit_eval(cfg: Config, ctx: RunContext) -> dict:
     from methodlab.methods.ucan import data as D
 
@@ -209,8 +229,11 @@ def fit_eval(cfg: Config, ctx: RunContext) -> dict:
     fn, _ = denoiser_for(cfg, ctx.device)
     metrics: dict = {"step": 0}
     if cfg.eval_set == "analytic":
-        agg, _ = evaluate(fn, D.analytic_eval_set(cfg, "test"), "test")
+        test = D.analytic_eval_set(cfg, "test")
+        agg, _ = evaluate(fn, test, "test")
         metrics.update(agg)
+        if cfg.render_family is not None:
+            metrics.update(render_item(fn, next(i for i in test if i.family == cfg.render_family)))
         agg, _ = evaluate(fn, D.analytic_eval_set(cfg, "val"), "val")
         metrics.update(agg)
     else:

@@ -266,7 +266,7 @@ def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mo
             if path.exists():
                 continue
             t0 = time.time()
-            value = t.fn(seed, inputs, mode)
+            value = t.call(seed, inputs, mode)
             store.write_json_atomic(path, {"task": t.id, "seed": seed, "value": value,
                                            "wall_s": round(time.time() - t0, 3)})
             log(f"task {t.id} seed {seed} in {time.time() - t0:.1f} s")

@@ -45,12 +45,22 @@ class Task:
     --full (a long side study)."""
 
     id: str
-    fn: Callable[[int, dict], dict]
+    fn: Callable[[int, dict, str], dict] | str  # or "package.module:function", imported when the task runs
     seeds: SeedSet = "reported"
     needs: tuple[str, ...] = ()
     version: str = "1"
     skip_quick: bool = False
     full_only: bool = False
+
+    def call(self, seed: int, inputs: dict, mode: str) -> dict:
+        """Run it (a "module:function" name is imported here, so a study loads without its side studies)."""
+        fn = self.fn
+        if isinstance(fn, str):
+            import importlib
+
+            module, _, name = fn.partition(":")
+            fn = getattr(importlib.import_module(module), name)
+        return fn(seed, inputs, mode)
 
 
 @dataclass(frozen=True)

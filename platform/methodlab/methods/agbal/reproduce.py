@@ -8,9 +8,9 @@ surrogate check; nw reported beside it). Claim 2's two arms run seeds 0-9 (the r
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "agbal"
@@ -219,10 +219,7 @@ def plots(res, folder) -> list[str]:
         ax.title.set_fontsize(9)
         if ax.lines:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=90)
 
 
 def study() -> Study:

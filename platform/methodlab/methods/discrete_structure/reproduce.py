@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 
 SLUG = "discrete_structure"
 BENCH, XOR, ASIA = (f"jobs/{SLUG}/{n}.yaml" for n in ("benchmark", "xor_triple", "asia"))
@@ -223,10 +223,7 @@ def plots(res, folder) -> list[str]:
     ax[1].set_ylabel("held-out NLL (nats / row)")
     ax[1].set_title("XOR triple")
     ax[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=110)
 
 
 def study() -> Study:

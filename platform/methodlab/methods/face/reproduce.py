@@ -9,9 +9,9 @@ showcase. Tasks `map_probe` and `text_ceiling` (diagnostics.py) probe developmen
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "face"
@@ -258,10 +258,7 @@ def plots(res, folder) -> list[str]:
     for a in ax:
         if a.lines:
             a.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=90)
 
 
 def study() -> Study:

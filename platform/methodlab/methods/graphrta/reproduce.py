@@ -9,9 +9,9 @@ Metrics: the target test nodes (the 80 % outside the labelled validation split).
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "graphrta"
@@ -177,10 +177,7 @@ def plots(res, folder) -> list[str]:
         b.set_title(f"{name}: H-score during adaptation\n(mean of seeds)", fontsize=9)
         b.set(xlabel="adaptation epoch", ylabel="H-score %")
         b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=90)
 
 
 def study() -> Study:

@@ -13,10 +13,10 @@ log-spaced logs, one GPU in bf16) for every transformer arm."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from methodlab.methods.grokking_flatness.summary import train_acc_at, value_at
 from methodlab.reproduce import Arm, Claim, Study
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "grokking_flatness"
@@ -262,10 +262,7 @@ def plots(res, folder) -> list[str]:
         a.set_xlabel("step")
         if a.get_legend_handles_labels()[0]:
             a.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=100)
 
 
 def study() -> Study:

@@ -11,10 +11,10 @@ reported, not barred. Every accuracy is the test accuracy of the epoch with the 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from methodlab.methods.gyroatt.grassmann import GEOMETRIES
 from methodlab.reproduce import Arm, Claim, Study
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "gyroatt"
@@ -168,10 +168,7 @@ def plots(res, folder) -> list[str]:
     ax[0].axhline(0.70, color="tab:green", ls=":", lw=1, label="Claim 1 bar 0.70")
     ax[0].legend(fontsize=7)
     ax[1].axhline(0.40, color="tab:green", ls=":", lw=1)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=100)
 
 
 def study() -> Study:

@@ -10,9 +10,9 @@ steps; sklearn digits reported)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "min_swgg"
@@ -213,10 +213,7 @@ def plots(res, folder) -> list[str]:
     ax[2].set_xticks(range(len(seeds)), [f"seed {s}" for s in seeds])
     ax[2].set(title="CFM coupling cost ratios (8-Gaussians -> moons)", ylabel="ratio")
     ax[2].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=90)
 
 
 def study() -> Study:

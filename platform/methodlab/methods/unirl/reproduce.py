@@ -13,10 +13,10 @@ Seeds 10-12, then 0-2; --quick: 64-wide networks, 3k steps, a small sweep."""
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 from methodlab.methods.unirl.diagnostics import acceptance_sweep, sweep_counts
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.harness import REPO
 from methodlab.reproduce.tables import fmt, md_table
 
@@ -191,10 +191,7 @@ def plots(res, folder) -> list[str]:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=110)
 
 
 def study() -> Study:

@@ -7,9 +7,9 @@ reference row. Development seed 10 runs before the reported seeds 0, 1, 2 (a see
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "weakshot_keypoint"
@@ -194,10 +194,7 @@ def plots(res, folder) -> list[str]:
     for a, t in zip(ax, ("support_shots 1", "support_shots 0 (assignment-matched)")):
         a.set(xlabel="stage-2 step", ylabel="novel PCK@0.2 (%, mean of seeds)", title=t)
         a.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(folder) / f"{SLUG}.png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return [f"{SLUG}.png"]
+    return save_figure(fig, folder, f"{SLUG}.png", dpi=90)
 
 
 def study() -> Study:

@@ -161,6 +161,34 @@ def test_vq_codebook_term_reaches_P_and_commitment_reaches_encoder():
     assert torch.count_nonzero(g_a) > 0, "the commitment term must reach the heads"
 
 
+def test_vocabulary_embeddings_never_move():
+    """Issue 44: the official code (YixinRoll/FACE, encoder/FACE.py) keeps the filtered token embeddings as a
+    detached buffer and trains only the linear map P; so must ours. Full align-stage steps (L_vq + L_rec + L_align
+    through the straight-through LM path) with every FACE and CF parameter in Adam: E_tok, the LM's table and the
+    token table the model was built from stay bit for bit, while P (the mapped codebook) moves."""
+    torch.manual_seed(0)
+    train = np.array([[0, 0], [0, 1], [1, 1], [2, 2], [3, 0]])
+    cf = CF(4, 3, 8, 2, "lightgcn", norm_adj(4, 3, train))
+    table = torch.randn(50, 16, generator=torch.Generator().manual_seed(1))
+    table0 = table.clone()
+    fm = FACE(8, 3, 6, 16, 12, 0.0, table, "unit", True)
+    lm = _FakeLM(table)
+    assert "E_tok" not in dict(fm.named_parameters()) and "E_tok" not in fm.state_dict()
+    e0, c0 = fm.E_tok.clone(), fm.codebook().detach().clone()
+    opt = torch.optim.Adam(list(fm.parameters()) + list(cf.parameters()), lr=1e-2)
+    for _ in range(3):
+        eu, ei = cf(1.0)
+        x = torch.cat([eu, ei])
+        o = fm(x)
+        e = F.normalize(torch.randn(len(x), 16), dim=1)
+        loss = o["l_vq"] + F.mse_loss(o["x_hat"], x.detach()) + info_nce(lm_encode(lm, fm, o["z_st"], [3, 4]), e, 0.02)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert torch.equal(fm.E_tok, e0) and torch.equal(table, table0) and torch.equal(lm.table, table0)
+    assert not torch.allclose(fm.codebook().detach(), c0), "P (the mapped codebook) must train"
+
+
 def test_stub_without_straight_through_sends_alignment_into_P():
     (g_cf, g_p, g_heads), _ = _grads(False)
     assert g_p is not None and torch.count_nonzero(g_p) > 0

@@ -194,7 +194,7 @@ def _causes(res) -> list[str]:
 
 
 def sections(res) -> str:
-    from methodlab.methods.face.diagnostics import lines
+    from methodlab.methods.face.diagnostics import lines, official_comparison
 
     seeds = res.reported_seeds
     out = _setting(res)
@@ -225,6 +225,7 @@ def sections(res) -> str:
     if any(probe.values()):
         out += [f"## Diagnosis (probes on development seed {PROBE_SEED}, the synthetic arm's recipe; diagnostics.py)",
                 "", *lines(probe), ""]
+    out += official_comparison()
     ex = [(arm, e) for arm in ("movielens", "synthetic", "movielens-smollm2") for s in res.seeds(arm)[:1]
           for e in (res.final(arm, s) or {}).get("examples_align", [])[:5]]
     if ex:

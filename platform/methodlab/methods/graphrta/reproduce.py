@@ -139,7 +139,11 @@ def sections(res) -> str:
             "- The investigation of the WordNet shortfall (issue 22, item 7: feature views, the unknown share, the "
             "BMM-driven drift) was measured by ad-hoc development runs before this harness; its figures are in "
             "[legacy/graphrta.md](legacy/graphrta.md) and were not rerun here.",
-            "- No official code could be read; the paper's citation / arxiv tables are not reproduced here.", ""]
+            "- The official code (github.com/cszhangzhen/GraphRTA) could not be read (below); the paper's citation / "
+            "arxiv tables are not reproduced here.", ""]
+    from methodlab.methods.graphrta.diagnostics import official_comparison
+
+    out += official_comparison()
     return "\n".join(out)
 
 

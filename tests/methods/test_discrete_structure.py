@@ -178,10 +178,11 @@ def test_xor_triple_general_vs_logistic():
     assert out1["eval/heldout_nll"] >= 2.0
 
 
-def test_resume_continues_at_saved_step(tmp_path):
+@pytest.mark.parametrize("domain", ["restart", "dagma_linear"])
+def test_resume_continues_at_saved_step(tmp_path, domain):
     from methodlab.methods.discrete_structure.train import fit
 
-    cfg = Config(K=2, **FAST)
+    cfg = Config(K=2, dagma_domain=domain, **FAST)
     saved = []
 
     def keep(metrics, ck):
@@ -198,6 +199,7 @@ def test_resume_continues_at_saved_step(tmp_path):
     steps = [h["step"] for h in ctx.history]  # restored history up to 600, then the continuation only
     assert steps == sorted(steps) and steps.count(300) == 1 and resumed["step"] == full["step"]
     assert resumed["eval/heldout_nll"] == pytest.approx(full["eval/heldout_nll"], abs=1e-6)
+    assert ("eval/domain_retries" in resumed) == (domain == "dagma_linear")
 
 
 def test_smoke_and_predictor(smoke):
@@ -269,6 +271,30 @@ def test_s_schedule_per_stage_and_true_order():
         pos = {v: i for i, v in enumerate(true_order(A))}
         assert sorted(pos) == list(range(7))
         assert all(pos[int(k)] < pos[int(j)] for k, j in zip(*np.nonzero(A)))
+
+
+def test_dagma_linear_domain_rule_is_exact_and_keeps_the_path_inside():
+    """Issue 44: dagma_domain=dagma_linear is the official DagmaLinear domain handling. Its test is exact: two
+    disjoint 2-cycles with W o W entries 1.21 (spectral radius 1.21 > s = 1) pass the default rule (det > 0,
+    h >= 0) but are outside the M-matrix domain. A path at a large lr backtracks / retries under the official
+    rule and ends inside the domain of its last s; the default stays 'restart'."""
+    W = torch.zeros(4, 4, dtype=torch.float64)
+    W[0, 1] = W[1, 0] = W[2, 3] = W[3, 2] = 1.1
+    h = M.h_dagma(W)
+    assert torch.isfinite(h) and h.item() >= 0  # what the default rule accepts
+    assert not learner.in_m_domain(W, 1.0)
+    assert learner.in_m_domain(W * 0.5, 1.0) and not learner.in_m_domain(W * 0.5, 0.2)
+    assert Config().dagma_domain == "restart"
+    from methodlab.methods.discrete_structure import train
+    from methodlab.methods.discrete_structure.data import build_data
+
+    cfg = Config(d=5, n=2000, n_heldout=200, K=2, mu_schedule=[1.0, 0.1, 0.01], s_schedule=[1.0, 0.8], seed=3,
+                 inner_steps=150, last_stage_steps=150, lr=0.5, check_every=50, dagma_domain="dagma_linear")
+    prob = train._problem(cfg, build_data(cfg).x_train, None)
+    st = learner.run_dagma(prob, cfg, learner.new_state(prob, cfg.lr))
+    assert st.done and st.backtracks > 0 and st.retries > 0
+    assert st.lr == cfg.lr and st.s is None  # the next stage starts at the configured lr and the plan's s
+    assert learner.in_m_domain(M.group_weights(st.B * prob.mask, prob.mem, prob.scale), 0.8)
 
 
 def test_reproduction_study_plans_and_renders_the_committed_report(tmp_path):

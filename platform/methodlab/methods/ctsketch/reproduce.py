@@ -216,7 +216,7 @@ def _d(res) -> list[str]:
 
 
 def sections(res) -> str:
-    from methodlab.methods.ctsketch.diagnostics import render_mean_only, render_rank1
+    from methodlab.methods.ctsketch.diagnostics import official_comparison, render_mean_only, render_rank1
 
     out = ["## Setting", "", "CTSketch (Choi, Solko-Breslin, Alur, Wong; NeurIPS 2025, arXiv 2503.24123): a perception "
            "net trained through a tree of low-rank TT sketches of the program's sub-tables. Paper figures: not "
@@ -226,7 +226,7 @@ def sections(res) -> str:
            "Rank 1 (revised spec): the best rank-1 approximation of a + b is 7-9 % off and keeps the digit order, so "
            "it learns; it is reported without a bar. The broken control B2 keeps rank and norm but reads the second "
            "operand through a permutation.", "", *render_rank1(res.task("rank1_sketch", 0)), *_c(res), *_e(res),
-           *_d(res), *render_mean_only(res.task("mean_only_gradient", 0))]
+           *_d(res), *render_mean_only(res.task("mean_only_gradient", 0)), *official_comparison()]
     return "\n".join(out)
 
 

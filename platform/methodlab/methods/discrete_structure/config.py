@@ -53,6 +53,14 @@ class Config(MethodConfig):
     l2: float = Field(1e-4, ge=0.0, le=1.0, description="Small l2 on beta (keeps deterministic CPT logits finite).")
     omega: float = Field(0.3, ge=0.0, le=10.0, description="Threshold on W.")
     acyclicity: Literal["dagma", "notears"] = Field("dagma", description="DAGMA log-det central path or NOTEARS augmented Lagrangian.")
+    dagma_domain: Literal["restart", "dagma_linear"] = Field(
+        "restart", description="What the DAGMA path does when W leaves the M-matrix domain of sI - W o W. restart: "
+                               "test det(sI - W o W) > 0 and h >= 0 before each step; on a failure restart the stage "
+                               "from its start with lr / 2 (s kept). dagma_linear (official kevinsbello/dagma "
+                               "linear.py, DagmaLinear.minimize / fit): exact M-matrix test (inverse of sI - W o W "
+                               "entrywise >= 0) after each step; while s > 0.9 undo half the step and halve lr for the "
+                               "rest of the stage (Adam moments kept); when s <= 0.9, or the stage's start is outside, "
+                               "restart the stage from its start with lr / 2 and s + 0.1.")
     w_scale: Literal["none", "sqrt_group"] = Field(
         "none", description="[RECON] Divide W by sqrt(group size) (the spec's NOTEARS conditioning remedy).")
 

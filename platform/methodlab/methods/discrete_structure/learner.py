@@ -62,6 +62,9 @@ class PathState:
     opt_state: dict | None = None
     done: bool = False
     log: list = field(default_factory=list)
+    s: float | None = None  # dagma_domain=dagma_linear: this stage's s after DAGMA's +0.1 retries (None: the plan's)
+    backtracks: int = 0  # dagma_linear: steps halved back into the domain
+    retries: int = 0  # dagma_linear: stages restarted from their start with lr / 2, s + 0.1
 
 
 def score(prob: Problem, B, b, lam: float, pen: str, delta: float, l2: float):
@@ -98,8 +101,19 @@ def _stage_plan(cfg) -> list[tuple[float, float, int]]:
     return [(cfg.mu_schedule[t], s[t], cfg.last_stage_steps if t == T - 1 else cfg.inner_steps) for t in range(T)]
 
 
+def in_m_domain(W: torch.Tensor, s: float) -> bool:
+    """DAGMA linear.py's domain test: sI - W o W is a nonsingular M-matrix iff its inverse is entrywise >= 0
+    (official: any(inv(sI - W o W) + 1e-16 < 0) means outside). Exact, unlike det > 0, which two cycles each
+    beyond s pass. One host read."""
+    eye = torch.eye(W.shape[0], dtype=W.dtype, device=W.device)
+    inv, info = torch.linalg.inv_ex(s * eye - W * W)
+    return bool((info == 0) & torch.isfinite(inv).all() & (inv + 1e-16 >= 0).all())
+
+
 def run_dagma(prob: Problem, cfg, st: PathState, on_step=None) -> PathState:
     """DAGMA central path: for each (mu, s): minimise mu * (BCE + lambda*pen + l2) + h_s(W) with Adam, warm start."""
+    if getattr(cfg, "dagma_domain", "restart") == "dagma_linear":
+        return _run_dagma_linear(prob, cfg, st, on_step)
     plan = _stage_plan(cfg)
     B = st.B.clone().requires_grad_(True)
     b = st.b.clone().requires_grad_(True)
@@ -139,6 +153,96 @@ def run_dagma(prob: Problem, cfg, st: PathState, on_step=None) -> PathState:
         # next stage: warm start, lr back to the configured one
         st.stage += 1
         st.k, st.prev_obj = 0, None
+        st.lr = cfg.lr
+        with torch.no_grad():
+            st.B0, st.b0 = B.detach().clone(), b.detach().clone()
+        opt = torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
+        if on_step is not None:
+            _sync(st, B, b, opt)
+            on_step(st, {"stage_end": True})
+    _sync(st, B, b, opt)
+    st.done = True
+    return st
+
+
+def _run_dagma_linear(prob: Problem, cfg, st: PathState, on_step=None) -> PathState:
+    """The same path with the official DagmaLinear.minimize / fit domain handling (dagma_domain=dagma_linear):
+    each new iterate gets the exact M-matrix test for the stage's s; outside, while s > 0.9, the step is halved
+    back towards the previous iterate and lr halves for the rest of the stage (Adam's moments kept; at lr <= 1e-16
+    the previous iterate ends the stage); when s <= 0.9, or when the stage's start is already outside, the stage
+    restarts from its start with lr / 2 and s + 0.1. The next stage starts at the configured lr and the plan's s.
+    (Official order: the test runs before the next gradient; here right after the step, the same sequence.)"""
+    plan = _stage_plan(cfg)
+    B = st.B.clone().requires_grad_(True)
+    b = st.b.clone().requires_grad_(True)
+    opt = torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
+    if st.opt_state is not None:
+        opt.load_state_dict(st.opt_state)
+
+    def weights_now() -> torch.Tensor:
+        with torch.no_grad():
+            return M.group_weights(B * prob.mask, prob.mem, prob.scale)
+
+    def retry_stage(s_now: float):
+        """Official fit(): minimize failed -> lr / 2, s + 0.1, the stage again from its start (fresh Adam)."""
+        with torch.no_grad():
+            B.copy_(st.B0)
+            b.copy_(st.b0)
+        st.lr *= 0.5
+        st.s = s_now + 0.1
+        st.k, st.prev_obj = 0, None
+        st.retries += 1
+        if st.lr < 1e-16:
+            raise RuntimeError("DAGMA (dagma_linear): learning rate underflow")
+        return torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
+
+    while st.stage < len(plan):
+        mu, s_plan, steps = plan[st.stage]
+        while st.k < steps:
+            s = st.s if st.s is not None else s_plan
+            if st.k == 0 and not in_m_domain(weights_now(), s):  # official: outside at iteration 1
+                opt = retry_stage(s)
+                continue
+            loss, reg, W = score(prob, B, b, cfg.lam, cfg.penalty, cfg.delta, cfg.l2)
+            h = M.h_dagma(W, s)
+            obj = mu * (loss + reg) + h
+            opt.zero_grad(set_to_none=True)
+            obj.backward()
+            prev_B, prev_b = B.detach().clone(), b.detach().clone()
+            opt.step()
+            st.k += 1
+            st.step += 1
+            retried = ended = False
+            while not in_m_domain(weights_now(), s):
+                if s <= 0.9:  # the official comparison (0.8 + 0.1 = 0.9000000000000001 backtracks)
+                    opt, retried = retry_stage(s), True
+                    break
+                with torch.no_grad():  # official: W += lr * grad; lr *= .5; W -= lr * grad
+                    B.copy_(prev_B + 0.5 * (B - prev_B))
+                    b.copy_(prev_b + 0.5 * (b - prev_b))
+                st.lr *= 0.5
+                st.backtracks += 1
+                for g in opt.param_groups:
+                    g["lr"] = st.lr
+                if st.lr <= 1e-16:  # official: returns the previous iterate, stage done
+                    with torch.no_grad():
+                        B.copy_(prev_B)
+                        b.copy_(prev_b)
+                    st.k, ended = steps, True
+                    break
+            if retried:
+                continue
+            if not ended and st.k % cfg.check_every == 0:
+                o = obj.item()
+                if st.prev_obj is not None and abs(st.prev_obj - o) <= cfg.tol * max(1e-12, abs(st.prev_obj)):
+                    st.k = steps  # converged
+                st.prev_obj = o
+            if on_step is not None and (st.step % cfg.log_every == 0 or st.step % cfg.checkpoint_every == 0):
+                _sync(st, B, b, opt)
+                on_step(st, {"train/loss": loss.item(), "train/h": h.item(), "train/mu": mu, "train/s": s,
+                             "train/lr": st.lr})
+        st.stage += 1
+        st.k, st.prev_obj, st.s = 0, None, None
         st.lr = cfg.lr
         with torch.no_grad():
             st.B0, st.b0 = B.detach().clone(), b.detach().clone()

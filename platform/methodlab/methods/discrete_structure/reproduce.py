@@ -31,10 +31,23 @@ def a_overrides(mech: str, model: str) -> tuple[str, ...]:
     return ("setting=train", f"mechanism={mech}", "d=8", "n=5000", *MODEL[model])
 
 
+# Issue 44, development seeds only: the official DagmaLinear domain rule on the preset, and DagmaLinear.fit's
+# defaults (kevinsbello/dagma src/dagma/linear.py: T = 5, mu 1 x 0.1, s 1 .. 0.6, lr 3e-4, 30,000 / 60,000 steps,
+# early-stop checks every 1,000) with that rule. Claim A's K = 3 random_cpt cell; diagnostics.official_comparison.
+DOMAIN = ("dagma_domain=dagma_linear",)
+DAGMA_LINEAR = ("lr=3e-4", "inner_steps=30000", "last_stage_steps=60000", "mu_schedule=[1,0.1,0.01,0.001,0.0001]",
+                "s_schedule=[1,0.9,0.8,0.7,0.6]", "check_every=1000", *DOMAIN)
+
+
 def _arms() -> tuple[Arm, ...]:
     quick = lambda m: QUICK if m in ("mvb", "logistic") else ()  # noqa: E731
+    a = a_overrides("random_cpt", "mvb")
     return (*(Arm(f"A-{mech}-{m}", BENCH, a_overrides(mech, m), quick=quick(m), label=f"{LABEL[m]}, {mech}")
               for mech in MECHS for m in MODELS),
+            Arm("A-random_cpt-mvb-dagmadomain", BENCH, (*a, *DOMAIN), seeds="dev", skip_quick=True,
+                label="general MVB (K=3), random_cpt, official DAGMA domain rule"),
+            Arm("A-random_cpt-mvb-dagmalinear", BENCH, (*a, *DAGMA_LINEAR), seeds="dev", skip_quick=True,
+                label="general MVB (K=3), random_cpt, DagmaLinear.fit defaults"),
             *(Arm(f"B-xor-K{k}", XOR, (f"K={k}",), quick=QUICK, label=f"MVB K={k}, XOR triple") for k in (2, 1)),
             *(Arm(f"asia-{m}", ASIA, MODEL[m], quick=quick(m), seeds=(0,), label=f"{LABEL[m]}, asia")
               for m in MODELS))
@@ -159,9 +172,10 @@ def sections(res) -> str:
                 *_tab(["mechanism", "seed", "F(learned)", "F(true DAG)", "learned edges", "true edges"],
                       [[m, s, _f(f["eval/F_learned"], 4), _f(f["eval/F_truth"], 4), _f(f["eval/n_edges"], 0),
                         _f(f.get("eval/true_edges"), 0)] for m, s, f in fr])]
-    from methodlab.methods.discrete_structure.diagnostics import render
+    from methodlab.methods.discrete_structure.diagnostics import official_comparison, render
 
     out += render([t for s in seeds for t in [res.task("bounding", s)] if t])
+    out += official_comparison(res)
     body = [[f"MVB K={k}", s, _f(f.get(NLL), 4), _f(f.get("eval/n_edges"), 0),
              "yes" if f.get("eval/n_edges") == 2 and f.get("eval/n_undirected") == 0 else "no",
              _f(f.get("eval/true_model_nll"), 4), _f(f.get("eval/fit_seconds"), 0)]

@@ -87,7 +87,8 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
         st = learner.PathState(B=wt["B"], b=wt["b"], stage=p["stage"], k=p["k"],
                                step=p["step"], lr=p["lr"], prev_obj=p["prev_obj"], B0=wt["B0"],
                                b0=wt["b0"], rho=p["rho"], alpha=p["alpha"], h_prev=p["h_prev"],
-                               opt_state=(ck.torch_state or {}).get("optimizer"), done=p["done"])
+                               opt_state=(ck.torch_state or {}).get("optimizer"), done=p["done"],
+                               s=p.get("s"), backtracks=int(p.get("backtracks", 0)), retries=int(p.get("retries", 0)))
         restart = int(p.get("restart", 0))
         if p.get("best_F") is not None:
             best = (p["best_F"], wt["best_B"], wt["best_b"], p["best_restart"])
@@ -103,6 +104,7 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
         return {"candidates": candidates, "stage": s.stage, "k": s.k, "step": s.step, "lr": s.lr, "prev_obj": s.prev_obj,
                 "rho": s.rho, "alpha": s.alpha, "h_prev": s.h_prev if np.isfinite(s.h_prev) else 1e300,
                 "done": s.done, "elapsed": elapsed0 + time.perf_counter() - t0, "restart": restart,
+                "s": s.s, "backtracks": s.backtracks, "retries": s.retries,
                 "best_F": None if best is None else best[0], "best_restart": None if best is None else best[3]}
 
     def writer(s: learner.PathState, metrics: dict, final_tensors=None, model=None):
@@ -152,6 +154,8 @@ def fit(cfg: Config, ctx: RunContext, hook=None) -> dict:
                                       {"eval/two_stage": float(candidates is not None),
                                        "eval/best_restart": float(best[3]) if best is not None else 0.0}, device=dev)
     metrics["eval/fit_seconds"] += elapsed0
+    if cfg.acyclicity == "dagma" and cfg.dagma_domain == "dagma_linear":  # the official rule's domain events
+        metrics["eval/domain_backtracks"], metrics["eval/domain_retries"] = float(st.backtracks), float(st.retries)
     if data.truth is not None and cfg.report_objective:
         # the penalised objective F (refit BCE + lambda * pen) at the learned DAG and at the true DAG: F(truth) <
         # F(learned) means the path stopped in a local minimum, not that the objective prefers the wrong graph

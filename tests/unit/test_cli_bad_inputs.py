@@ -146,20 +146,8 @@ def nothing_starts(monkeypatch):
     monkeypatch.setattr("methodlab.runners.train.run_train", started)
     monkeypatch.setattr("methodlab.runners.tune.run_tune", started)
     monkeypatch.setattr("methodlab.cluster.jobs.client", started)
-    monkeypatch.setattr("methodlab.core.method.import_object", _no_reproduce(monkeypatch))
-
-
-def _no_reproduce(monkeypatch):
-    from methodlab.core import method
-
-    real = method.import_object
-
-    def import_object(path):
-        if ".reproduce:" in path:
-            raise AssertionError(f"started the reproduction {path} before refusing a bad input")
-        return real(path)
-
-    return import_object
+    monkeypatch.setattr("methodlab.reproduce.harness.execute", started)  # a reproduction's runs
+    monkeypatch.setattr("methodlab.reproduce.harness.run_tasks", started)
 
 
 def test_every_verb_refuses_bad_input_in_one_line(files, nothing_starts):

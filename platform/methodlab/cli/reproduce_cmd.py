@@ -1,7 +1,7 @@
 """`methodlab reproduce SLUG`: the method's acceptance experiment -> reports/<slug>.md (+ .json, PNG).
 
-A method whose `reproduce` module declares `study()` runs on the harness (methodlab.reproduce: runs on Ray,
-keyed store, claims as data); the others still run their own `main` until they move onto it (issue 41)."""
+Every method's `reproduce` module declares `study()`, run by the harness (methodlab.reproduce: runs on Ray or
+local processes, a keyed store, claims as data, the report rendered whole from the store)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,18 @@ import typer
 
 from methodlab.cli.common import console, friendly
 
-HARNESS_ONLY = ("--claims", "--seeds", "--render-only", "--budget", "--address", "--no-ray", "--storage")
-
 
 def study_of(slug: str):
-    """The method's Study, or None for a reproduction not on the harness yet."""
+    """The method's Study (its reproduce module's `study()`)."""
     import importlib
 
+    from methodlab.core.errors import ConfigError
     from methodlab.core.registry import get_spec
 
     spec = get_spec(slug)
     if not spec.reproduce:
-        return None
-    module = importlib.import_module(spec.reproduce.split(":")[0])
-    return module.study() if hasattr(module, "study") else None
+        raise ConfigError(f"{slug} has no reproduction experiment yet", field="slug")
+    return getattr(importlib.import_module(spec.reproduce.split(":")[0]), spec.reproduce.split(":")[1])()
 
 
 @friendly
@@ -33,7 +31,7 @@ def reproduce(
     all_methods: bool = typer.Option(False, "--all", help="Every registered method, one after the other."),
     out_dir: Optional[str] = typer.Option(None, help="Where <slug>.md, <slug>.json and its plots go (default reports/; "
                                           "a --quick look: results/reproduce/<slug>/quick-report/)."),
-    workers: int = typer.Option(2, min=1, help="Runs in parallel without Ray (--no-ray) or in a legacy reproduction."),
+    workers: int = typer.Option(2, min=1, help="Runs in parallel without Ray (--no-ray)."),
     quick: bool = typer.Option(False, "--quick", help="One seed, the arms' quick overrides: a fast look, marked as a "
                                "reduced recipe in the report."),
     full: bool = typer.Option(False, "--full", help="The unreduced recipe: the arms' full overrides and the long arms "
@@ -41,6 +39,8 @@ def reproduce(
     claims: str = typer.Option("", "--claims", metavar="A,B", help="Only these claims' runs (others read NOT RUN)."),
     seeds: str = typer.Option("all", "--seeds", metavar="reported|dev|all|0,1", help="Which seeds to run."),
     render_only: bool = typer.Option(False, "--render-only", help="Redraw the report from reports/<slug>.json alone."),
+    from_store: bool = typer.Option(False, "--from-store", help="Render what the run store holds now, starting "
+                                    "nothing (unfinished runs read NOT RUN): an interim report of a long reproduction."),
     budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", min=1,
                                            help="Stop starting runs after this long (unfinished ones resume next time)."),
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
@@ -80,48 +80,14 @@ def reproduce(
     slugs = method_slugs() if all_methods else [slug]
     for s in slugs:
         get_spec(s)  # an unknown slug: one line naming it
-    for s in slugs:
-        study = study_of(s)
-        if study is not None:
-            from methodlab.reproduce.run import reproduce as run_study
+    from methodlab.reproduce.run import reproduce as run_study
 
-            report = run_study(study, out_dir=out_dir, storage=storage if not all_methods else None, seeds=seeds,
-                               quick=quick, full=full, claims=claims, render_only=render_only, budget_s=budget,
-                               address=address, use_ray=not no_ray, workers=workers,
-                               assume_shared_storage=assume_shared_storage,
-                               log=(lambda m: None) if quiet else (lambda m: console.print(m, highlight=False)))
-        else:
-            report = _legacy(s, out_dir=out_dir or "reports", workers=workers, quick=quick, full=full,
-                             harness_flags=[f for f, v in zip(HARNESS_ONLY, (claims, seeds != "all", render_only,
-                                                                              budget, address, no_ray, storage)) if v],
-                             skip_flags=all_methods)
+    for s in slugs:
+        report = run_study(study_of(s), out_dir=out_dir, storage=storage if not all_methods else None, seeds=seeds,
+                           quick=quick, full=full, claims=claims, render_only=render_only, from_store=from_store,
+                           budget_s=budget, address=address, use_ray=not no_ray, workers=workers,
+                           assume_shared_storage=assume_shared_storage,
+                           log=(lambda m: None) if quiet else (lambda m: console.print(m, highlight=False)))
         if report is not None:
             console.print(f"[bold green]report[/]: {report}")
 
-
-def _legacy(slug: str, *, out_dir: str, workers: int, quick: bool, full: bool, harness_flags: list[str],
-            skip_flags: bool):
-    """A reproduction not on the harness yet: its own main(out_dir, workers, quick[, full])."""
-    import inspect
-
-    from methodlab.core.errors import ConfigError
-    from methodlab.core.method import import_object
-    from methodlab.core.registry import get_spec
-
-    spec = get_spec(slug)
-    if not spec.reproduce:
-        raise ConfigError(f"{slug} has no reproduction experiment yet")
-    if harness_flags and not skip_flags:
-        raise ConfigError(f"{slug}'s reproduction is not on the harness yet (issue 41): run it without "
-                          f"{', '.join(harness_flags)}", field=harness_flags[0])
-    run = import_object(spec.reproduce)
-    kwargs = {"out_dir": out_dir, "workers": workers, "quick": quick}
-    if full:
-        if "full" not in inspect.signature(run).parameters:
-            if skip_flags:
-                full = False
-            else:
-                raise ConfigError(f"--full: {slug}'s reproduction has no long claims to add; drop --full")
-        if full:
-            kwargs["full"] = True
-    return run(**kwargs)

@@ -38,7 +38,7 @@ def default_out_dir(study: Study, mode: str) -> Path:
 
 def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str | Path | None = None,
               seeds: str = "all", quick: bool = False, full: bool = False, claims: str = "",
-              render_only: bool = False,
+              render_only: bool = False, from_store: bool = False,
               budget_s: float | None = None, address: str | None = None, use_ray: bool = True, workers: int = 2,
               assume_shared_storage: bool = False, log: Callable[[str], None] = print) -> Path:
     if quick and full:
@@ -57,6 +57,9 @@ def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str |
     runs_root, tasks_root = root.resolve() / "runs", root.resolve() / "tasks"
     selected = arms_for_claims(study, [c for c in claims.split(",") if c]) if claims else None
     pending = harness.plan(study, runs_root, seeds=seeds, mode=mode, arms=selected)
+    if from_store:  # what has finished so far (a long reproduction's interim report): nothing is started
+        log(f"{study.slug}: {len(pending)} runs not finished (NOT RUN in the report)")
+        pending = []
     if use_ray and pending:
         from methodlab.runners.paths import check_shared_storage
         from methodlab.runners.ray_session import init_ray
@@ -68,7 +71,8 @@ def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str |
     log(f"{study.slug}: {len(pending)} runs pending" + ("" if mode == "default" else f" (--{mode})"))
     harness.execute(study, pending, runs_root, mode=mode, use_ray=use_ray, address=address, workers=workers,
                     budget_s=budget_s, log=log)
-    harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, mode=mode, log=log)
+    if not from_store:
+        harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, mode=mode, log=log)
     data = harness.collect(study, runs_root, tasks_root, mode=mode)
     md = report.render(study, data, out)
     if mode != "quick":  # the scoreboard beside the reports it reads (README's table: --scoreboard)

@@ -422,3 +422,37 @@ def test_shard_losses_average_to_the_whole_batch(over):
     assert torch.allclose((parts[0][0] + parts[1][0]) / 2, whole, rtol=1e-5)
     for a, b, g in zip(parts[0][1], parts[1][1], g1):
         assert torch.allclose((a + b) / 2, g, rtol=1e-4, atol=1e-6)
+
+
+# ---- issue 44: the research code's optimiser and schedule ------------------------------------------------------
+def test_research_optimiser_and_warmup_cosine_schedule():
+    """Issue 44: the research code (undes1red/tpp-playground, src/TPP/optimizer/optim.py) trains with AdamW and a
+    LambdaLR: linear warm-up from 0, then half a cosine to 0 at the last planned step, and keeps no checkpoint
+    during warm-up. Through fit(): the lr of each epoch's last step follows that schedule, the warm-up epoch
+    sets no best weights, and the optimiser is AdamW at the configured weight decay; the default stays Adam at a
+    constant lr (no train/lr logged)."""
+    from methodlab.core import RunContext
+    from methodlab.methods.mtpp_threshold.train import fit, lr_factor, make_optimizer
+
+    assert lr_factor(0, 10, 4) == 0.0 and lr_factor(2, 10, 4) == 0.5 and lr_factor(4, 10, 4) == 1.0
+    assert lr_factor(7, 10, 4) == pytest.approx(0.5) and lr_factor(10, 10, 4) == pytest.approx(0.0)
+    assert lr_factor(3, 10, 0) == pytest.approx(0.5 * (1 + np.cos(np.pi * 0.3)))
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    opt = make_optimizer(Config.model_validate({"optimizer": "adamw", "weight_decay": 0.02}), p)
+    assert isinstance(opt, torch.optim.AdamW) and opt.param_groups[0]["weight_decay"] == 0.02
+    assert type(make_optimizer(Config(), p)) is torch.optim.Adam
+    # 64 sequences in batches of 32 = 2 steps per epoch, 3 epochs = 6 planned steps, warm-up 0.5 x 6 = 3 steps
+    base = {**Config.smoke, "n_train": 64, "n_val": 16, "n_test": 16, "max_epochs": 3, "min_epochs": 3,
+            "batch_size": 32, "lr": 0.01, "time_eval": False, "epoch_val_f1": False, "checkpoint_every": 100,
+            "torch_threads": 1}
+    sched = {"optimizer": "adamw", "lr_schedule": "warmup_cosine", "warmup_fraction": 0.5}
+    ctx = RunContext(seed=0, quiet=True)
+    fit(Config.model_validate({**base, **sched}), ctx)
+    rows = [h for h in ctx.history if "train/lr" in h]
+    assert [h["epoch"] for h in rows] == [1, 2, 3]
+    # each epoch's last step: step 1 (warm-up, 1/3), step 3 (cosine start, 1), step 5 (progress 2/3)
+    assert [h["train/lr"] for h in rows] == pytest.approx([0.01 / 3, 0.01, 0.01 * 0.25])
+    assert "val/best_nll" not in rows[0] and "val/best_nll" in rows[1]
+    ctx0 = RunContext(seed=0, quiet=True)
+    fit(Config.model_validate(base), ctx0)
+    assert not any("train/lr" in h for h in ctx0.history) and "val/best_nll" in ctx0.history[0]

@@ -282,3 +282,34 @@ def test_data_parallel_prompt_shards_make_up_the_global_draw():
     parts = [sample_prompts(cfg, records, 3, RunContext(rank=r, world_size=2)) for r in (0, 1)]
     assert len(one) == 7 and [len(p) for p in parts] == [4, 3]
     assert parts[0] == one[0::2] and parts[1] == one[1::2]
+
+
+def test_shuffled_rl_sampling_is_the_official_sampler():
+    """Issue 44: the official code (xwtMarch/RULE-Unlearn, EasyR1 ray_trainer) draws each RL batch as the next
+    rollout_batch_size slice of a seeded RandomSampler permutation of the whole RL file (D_f + D_b), drop_last, so a
+    pass has no prompt twice and the batches' forget share follows D_f's share of the file. `shuffled` does that
+    (per pass: every prompt at most once, n // B full batches); `stratified` (the default) keeps forget_share exactly,
+    drawn with replacement."""
+    from methodlab.core import ConfigError, RunContext
+    from methodlab.methods.rule_unlearning.train import sample_prompts
+
+    records = [{"prompt": f"p{i}", "kind": "reject" if i < 12 else "normal", "answer": "a", "target": "t"}
+               for i in range(36)]  # the preset's 12 forget-train prompts and 24 boundary prompts
+    cfg = Config(prompts_per_step=16, rl_sampling="shuffled")
+    pass0 = [sample_prompts(cfg, records, s, RunContext()) for s in (0, 1)]
+    seen = [r["prompt"] for b in pass0 for r in b]
+    assert [len(b) for b in pass0] == [16, 16] and len(set(seen)) == 32  # no repeat within a pass, 4 dropped
+    assert sample_prompts(cfg, records, 2, RunContext()) != pass0[0]  # a new permutation for the next pass
+    assert sample_prompts(cfg, records, 1, RunContext()) == pass0[1]  # a function of the step (resume-safe)
+    share = [sum(r["kind"] == "reject" for r in sample_prompts(cfg, records, s, RunContext())) / 16 for s in range(400)]
+    assert abs(sum(share) / len(share) - 12 / 36) < 0.02 and len(set(share)) > 3  # D_f's share, random per batch
+    strat = Config(prompts_per_step=16)
+    assert strat.rl_sampling == "stratified"
+    for s in range(5):
+        got = sample_prompts(strat, records, s, RunContext())
+        assert sum(r["kind"] == "reject" for r in got) == 8  # forget_share 0.5 exactly
+    parts = [sample_prompts(cfg, records, 3, RunContext(rank=r, world_size=2)) for r in (0, 1)]
+    one = sample_prompts(cfg, records, 3, RunContext())
+    assert parts[0] == one[0::2] and parts[1] == one[1::2]
+    with pytest.raises(ConfigError):
+        sample_prompts(Config(prompts_per_step=40, rl_sampling="shuffled"), records, 0, RunContext())

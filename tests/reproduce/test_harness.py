@@ -94,6 +94,13 @@ def test_not_run_when_its_runs_are_missing(toy_pkg, tmp_path):
     assert claims["A"]["verdict"] == "PASS"
     assert claims["B"]["verdict"] == "NOT RUN" and claims["B"]["ours"] is None
     assert claims["C"]["verdict"] == "FAIL"  # the task needs base only, which ran
+    # --from-store: the whole study rendered from what finished, starting nothing
+    before = sorted(p.name for p in (tmp_path / "store" / "runs").iterdir())
+    logs: list[str] = []
+    reproduce(study(), out_dir=out, storage=tmp_path / "store", use_ray=False, from_store=True, log=logs.append)
+    assert sorted(p.name for p in (tmp_path / "store" / "runs").iterdir()) == before
+    assert logs[0] == "toy: 3 runs not finished (NOT RUN in the report)"  # finetune on 0, 1, 2
+    assert _claims(out)["A"]["verdict"] == "PASS" and _claims(out)["B"]["verdict"] == "NOT RUN"
 
 
 def test_a_code_change_invalidates_the_keys(toy_pkg, tmp_path):

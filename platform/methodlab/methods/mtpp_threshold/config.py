@@ -70,6 +70,19 @@ class Config(MethodConfig):
     loss_weighting: Literal["none", "batch_balanced"] = Field(
         "none", description="[RECON] batch_balanced: NLL of each event x (rarest mark count in batch) / (its mark's count).")
     grad_clip: float | None = Field(None, gt=0.0, description="Clip the global gradient norm (None: off).")
+    optimizer: Literal["adam", "adamw"] = Field(
+        "adam", description="adam: torch Adam without weight decay (the spec). adamw: torch AdamW with weight_decay, "
+        "the research code's optimiser (undes1red/tpp-playground: ScheduledOptim, op_name AdamW; issue 44).")
+    weight_decay: float = Field(0.01, ge=0.0, le=1.0, description="AdamW weight decay (optimizer=adamw only): "
+                                "torch's default, which the research code keeps (its optimizer.yml is not published).")
+    lr_schedule: Literal["constant", "warmup_cosine"] = Field(
+        "constant", description="constant: lr throughout (the spec). warmup_cosine: the research code's LambdaLR: "
+        "optimiser step s (from 0) runs at lr x s / W during the W = warmup_fraction x planned steps of warm-up, then "
+        "lr x (1 + cos(pi x progress)) / 2 down to 0 at the last planned step (max_epochs x batches per epoch); the "
+        "best-validation-NLL weights (and early stopping's patience) then count only evaluations after the warm-up, "
+        "as the research code keeps no checkpoint during warm-up (issue 44).")
+    warmup_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="lr_schedule=warmup_cosine: share of the planned "
+                                   "optimiser steps in warm-up (research code: 0.2 on its real datasets, 0.1 synthetic).")
 
     # --- thresholds and inference ----------------------------------------------------------------
     threshold_split: Literal["train", "val"] = Field("train", description="Split the per-mark thresholds are learned on.")

@@ -50,6 +50,22 @@ def batch_loss(model, marks, gaps, mask, wgap, stats, cfg: Config, *, norm: floa
     return total / (tmask.sum().clamp_min(1) if norm is None else norm)
 
 
+def make_optimizer(cfg: Config, params):
+    """Adam (the spec) or AdamW at cfg.weight_decay (the research code's, issue 44)."""
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.Adam(params, lr=cfg.lr)
+
+
+def lr_factor(step: int, total: int, warmup: int) -> float:
+    """The research code's LambdaLR factor of optimiser step `step` (from 0): linear warm-up from 0 over `warmup`
+    steps, then half a cosine from 1 to 0 at `total` (clipped at 0 beyond it)."""
+    if step < warmup:
+        return step / max(1, warmup)
+    progress = (step - warmup) / max(1, total - warmup)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
 def mark_counts(marks, mask, n_marks: int):
     """Target events per mark of a batch [M] (float)."""
     tgt = marks[:, 1:].clamp(max=n_marks - 1)
@@ -84,7 +100,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     data = build_data(cfg, ctx.device)  # padded sequences and masks on ctx.device, moved once
     with ctx.init_module():
         model = build_model(cfg, data.n_marks)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = make_optimizer(cfg, model.parameters())
     epoch, best_nll, bad, best_state, thresholds = 0, math.inf, 0, None, None
     if ctx.checkpoint is not None:
         ck = load_checkpoint(ctx.checkpoint, method=SLUG, load_torch_state=True)
@@ -111,10 +127,16 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     model.train()
     params = list(model.parameters())
     n_train = data.train.marks.shape[0]
+    per_epoch = math.ceil(n_train / cfg.batch_size)  # optimiser steps per epoch (batches() yields this many)
+    total_steps = cfg.max_epochs * per_epoch
+    warmup = int(cfg.warmup_fraction * total_steps) if cfg.lr_schedule == "warmup_cosine" else 0
     stop, skipped = False, 0
     while epoch < cfg.max_epochs and not stop:
         tot, n_ev = torch.zeros((), dtype=torch.float64, device=ctx.device), 0  # summed on the device
-        for idx in batches(n_train, cfg.batch_size, cfg.seed, epoch):
+        for k_batch, idx in enumerate(batches(n_train, cfg.batch_size, cfg.seed, epoch)):
+            if cfg.lr_schedule == "warmup_cosine":  # the step index comes from (epoch, batch): resume-safe
+                for group in opt.param_groups:
+                    group["lr"] = cfg.lr * lr_factor(epoch * per_epoch + k_batch, total_steps, warmup)
             k = n_targets(data.train, idx)  # of the global batch, from the host lengths
             # data parallel: every rank draws the same global batch (seeded by epoch) and takes its shard (all of
             # it on one worker); the loss is normalised by the global batch's targets, so DDP's gradient mean is
@@ -153,7 +175,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
             continue
         # validation: NLL drives early stopping; macro-F1 after calibrating thresholds is the sweep objective
         val_nll = split_nll(model, data.val, data.stats, cfg.eps)
-        if val_nll < best_nll:
+        if epoch * per_epoch < warmup:  # warmup_cosine: no best weights and no patience during warm-up
+            pass
+        elif val_nll < best_nll:
             best_nll, bad, best_state = val_nll, 0, copy.deepcopy(model.state_dict())
         else:
             bad += cfg.eval_every
@@ -166,7 +190,10 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
         if ctx.world_size > 1:  # the ranks' losses average to the global batch's: the curve of one worker
             tot = ctx.all_reduce(tot.float().reshape(1))
         metrics = {"epoch": epoch, "step": epoch, "train/nll": float(tot) / max(n_ev, 1), "val/nll": val_nll,
-                   "val/best_nll": best_nll, **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
+                   **({"val/best_nll": best_nll} if math.isfinite(best_nll) else {}),  # none yet during warm-up
+                   **{k: v for k, v in ev.items() if "_m" not in k or "oracle" in k}}
+        if cfg.lr_schedule != "constant":
+            metrics["train/lr"] = float(opt.param_groups[0]["lr"])
         if isinstance(model, IFNMTPP):
             metrics["train/negative_weight_share"] = model.dead_fraction()
         metrics["train/skipped_steps"] = skipped

@@ -88,6 +88,13 @@ class Config(MethodConfig):
     clip_high: float = Field(0.3, ge=0, le=1)
     dual_clip: float = Field(3.0, gt=1)
     forget_share: float = Field(0.5, gt=0, lt=1, description="[RECON] share of forget prompts in each RL batch (paper data: 600 / 1200).")
+    rl_sampling: Literal["stratified", "shuffled"] = Field(
+        "stratified", description="How an RL batch is drawn from D_f and D_b. stratified: forget_share of the prompts "
+        "from D_f, the rest from D_b, each drawn with replacement. shuffled: the official code's (xwtMarch/RULE-Unlearn, "
+        "verl/trainer/ray_trainer.py: RandomSampler + drop_last over the one RL file D_f + D_b): consecutive "
+        "prompts_per_step slices of a seeded permutation of all RL prompts, a new permutation each pass, no prompt "
+        "twice within a pass; a batch's forget share is then random, D_f's share of the prompts on average "
+        "(forget_share unused). Issue 44.")
     reward_variant: Literal["two_stage_abs_target", "abs", "rouge", "half_reject", "mix"] = Field(
         "two_stage_abs_target", description="Reward of the main runs, or a repo variant.")
     rouge_threshold: float = Field(0.3, ge=0, le=1, description="ROUGE-L recall bar of the boundary helpfulness bonus.")

@@ -6,12 +6,14 @@ RULE's own stage-1 checkpoint, evaluated at step 0 of the same run (its `rs_eval
 (`baseline_{ga,npo}.yaml`, at most 30 s of training). The forget split is the spec's revised one (2026-12-05): the
 first QA paraphrase of every attribute of each target (6 of 24 prompts). Side run `rule-loo` (no bar): forget-train
 leaves one attribute out (5 of 6), to measure refusal on an attribute forget-train never asks. `showcase`
-(--full only, not gated): SmolLM2-135M-Instruct. The base LM is pretrained once and cached
-(methodlab.data.cache.data_dir), so every arm and seed starts from it."""
+(--full only, not gated): SmolLM2-135M-Instruct. Issue 44 (diagnostics.py): the comparison with the official code and
+two development arms (the official batch sampler; also the official RL budget). The base LM is pretrained once and
+cached (methodlab.data.cache.data_dir), so every arm and seed starts from it."""
 
 from __future__ import annotations
 
 
+from methodlab.methods.rule_unlearning import diagnostics as D
 from methodlab.reproduce import Arm, Claim, Study
 from methodlab.reproduce.plots import save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
@@ -33,7 +35,9 @@ def _arms() -> tuple[Arm, ...]:
             Arm("npo", NPO, quick=QUICK_BASE, seeds="reported", label="NPO"),
             Arm("rule-loo", RULE, ("forget_frac=0.21",), seeds="reported", skip_quick=True,
                 label="RULE, forget-train leaves one attribute out (side run)"),
-            Arm("showcase", SHOW, seeds=(0,), full_only=True, label="RULE on SmolLM2-135M-Instruct (showcase)"))
+            Arm("showcase", SHOW, seeds=(0,), full_only=True, label="RULE on SmolLM2-135M-Instruct (showcase)"),
+            *(Arm(a, RULE, over, seeds="dev", skip_quick=True, label=f"issue 44: RULE, {lab}")
+              for a, over, lab in D.OFFICIAL_ARMS))
 
 
 def _rs(r, s, arm="rule") -> dict | None:
@@ -167,7 +171,7 @@ def sections(res) -> str:
                 *md_table(["model", *KEYS], [["RULE (SmolLM2)", *_cells(sc)],
                                              ["RS-only (SmolLM2)", *_cells(_rs(res, 0, "showcase"))],
                                              ["base (after the corpus fine-tune)", *_cells(_base(sc))]])]
-    return "\n".join(out + ["## Paper (RWKU, Llama-3-8B-Instruct; not comparable in scale)", "",
+    return "\n".join(out + [*D.official(res), "", "## Paper (RWKU, Llama-3-8B-Instruct; not comparable in scale)", "",
                             *md_table(["metric", "paper RULE", "paper best baseline", "original model"], PAPER)])
 
 

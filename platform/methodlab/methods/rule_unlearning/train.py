@@ -235,9 +235,26 @@ def rl_prompts(cfg: Config, sp: Splits, base) -> list[dict]:
     return out
 
 
+def shuffled_pick(n: int, batch: int, seed: int, step: int) -> list[int]:
+    """The official sampler (RandomSampler + drop_last over the whole RL file): step's slice of the permutation of
+    its pass; n // batch slices per pass, a new seeded permutation each pass (resume-safe: a function of step)."""
+    if batch > n:
+        from methodlab.core import ConfigError
+
+        raise ConfigError(f"rl_sampling=shuffled: prompts_per_step={batch} exceeds the {n} RL prompts (D_f + D_b); "
+                          "drop_last would leave no batch", field="prompts_per_step")
+    per_pass = n // batch
+    g = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + 500_009 + step // per_pass)
+    j = step % per_pass
+    return torch.randperm(n, generator=g, device="cpu")[j * batch:(j + 1) * batch].tolist()
+
+
 def sample_prompts(cfg: Config, records: list[dict], step: int, ctx: RunContext) -> list[dict]:
-    """prompts_per_step records (forget_share of them forget prompts, drawn with replacement): the same global draw
-    on every rank (seeded by step), this rank's shard of it (ctx.shard on the record indices; all on one worker)."""
+    """prompts_per_step records (stratified: forget_share of them forget prompts, drawn with replacement; shuffled:
+    the official code's slices of a permutation of all records): the same global draw on every rank (seeded by
+    step), this rank's shard of it (ctx.shard on the record indices; all on one worker)."""
+    if cfg.rl_sampling == "shuffled":
+        return [records[i] for i in ctx.shard(shuffled_pick(len(records), cfg.prompts_per_step, cfg.seed, step))]
     g = torch.Generator(device="cpu").manual_seed(cfg.seed * 1_000_003 + step)  # a host-side choice of records
     f = [i for i, r in enumerate(records) if r["kind"] == "reject"]
     b = [i for i, r in enumerate(records) if r["kind"] == "normal"]

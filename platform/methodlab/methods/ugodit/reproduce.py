@@ -187,6 +187,8 @@ def plots(res, folder) -> list[str]:
 
     panels = [(t, (res.reported_seeds if t in ("mri", "sr") else (0,))) for t in TITLES]
     panels = [(t, ss) for t, ss in panels if any(res.run(f"ugodit-{t}", s) for s in ss)]
+    if not panels:  # nothing has run yet: no plot
+        return []
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     for ax, (t, ss) in zip(axes[0], panels):
         for a in ARMS:

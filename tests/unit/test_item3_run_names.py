@@ -95,7 +95,7 @@ def test_finished_means_this_config_and_a_summary_newer_than_the_record(tmp_path
     import os
 
     from methodlab.methods.grokking_flatness.config import Config
-    from methodlab.runners.local import claim_run, finished_run
+    from methodlab.runners.lifecycle import claim_run, finished_run
 
     cfg = Config(**Config.smoke)
     record = {"method": "grokking_flatness", "config": cfg.model_dump(mode="json")}

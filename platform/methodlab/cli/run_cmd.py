@@ -34,7 +34,7 @@ def run(
     from pathlib import Path
 
     from methodlab.cli.common import checked_storage
-    from methodlab.runners.local import finished_run
+    from methodlab.runners.lifecycle import finished_run
     from methodlab.runners.paths import is_uri, run_name as resolve_run_name
     from methodlab.specs.files import load_job
 

@@ -119,7 +119,7 @@ def plan(study: Study, runs_root: Path, *, seeds: str = "all", mode: str = "defa
 def dependency_overrides(study: Study, arm: Arm, seed: int, mode: str, runs_root: Path) -> tuple[str, ...]:
     """field=<newest checkpoint of the needed arm's run for this seed>."""
     from methodlab.core.checkpoint import latest_checkpoint
-    from methodlab.runners.local import CHECKPOINTS_DIR
+    from methodlab.runners.lifecycle import CHECKPOINTS_DIR
 
     extra = []
     for dep_id, field in arm.needs:
@@ -146,12 +146,12 @@ def run_one(payload: dict) -> dict:
     loaded = load_job(src.get("path"), data=src.get("data"), overrides=list(payload["overrides"]),
                       smoke=payload["smoke"])
     t0, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    out = run_local(loaded, payload["key"], payload["runs_root"], quiet=True)
+    out = run_local(loaded, payload["key"], payload["runs_root"], quiet=True)  # a RunResult (runners/lifecycle.py)
     record = {"finished": True, "arm": payload["arm"], "seed": payload["seed"], "key": payload["key"],
               "started": started, "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "wall_s": round(time.time() - t0, 2), "host": socket.gethostname(), "pid": os.getpid(),
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-              "final": out.get("metrics", {})}
+              "final": out["metrics"]}
     node = os.environ.get("RAY_NODE_ID")
     if node is None:
         try:

@@ -22,45 +22,22 @@ from ray.train import UserCallback
 from methodlab.core import RunContext, faults
 from methodlab.core.checkpoint import latest_checkpoint
 from methodlab.core.registry import get_spec
-from methodlab.runners.local import CHECKPOINTS_DIR, report_step
+from methodlab.runners.lifecycle import CHECKPOINTS_DIR, RunLifecycle, RunResult, checkpoint_dir_name, report_step
 
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's list of the checkpoints it keeps (in checkpoints/)
 
 
 class MetricsRecorder(UserCallback):
-    """Runs on the Train controller: one JSON line per report (rank 0's metrics + checkpoint path), and
-    the same report to MLflow / TensorBoard when tracking is on (so every rank's report is logged once).
-    `record` (job.yaml text) is written at the first report: the run folder is claimed once the run runs."""
+    """Runs on the Train controller: the run's RunLifecycle (runners/lifecycle.py) records each report there: job.yaml
+    at the first report (the run folder is claimed once the run runs), one metrics.jsonl row (rank 0's metrics +
+    the checkpoint folder Ray persisted), and the same row to MLflow / TensorBoard when tracking is on (so every
+    rank's report is logged once). The driver's copy of the object closes the run."""
 
-    def __init__(self, path: str, tracking: dict | None = None, run_name: str = "", method: str = "",
-                 config: dict | None = None, record: str | None = None):
-        self.path, self.t0 = path, time.time()
-        self.tracking, self.run_name, self.method, self.config = tracking, run_name, method, config or {}
-        self.record = record
-        self._tracker = None
-        self._claimed = False
-
-    def __getstate__(self):  # the live MLflow client / event writer stay in the process that made them
-        return {**self.__dict__, "_tracker": None}
+    def __init__(self, run):
+        self.run = run
 
     def after_report(self, run_context, metrics, checkpoint):
-        if self.record is not None and not self._claimed:
-            from methodlab.runners.local import claim_run
-
-            claim_run(Path(self.path).parent, self.record)
-            self._claimed = True
-        row = {**(metrics[0] if metrics else {}), "_time": round(time.time() - self.t0, 3)}
-        if checkpoint is not None:
-            row["_checkpoint"] = checkpoint.path
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as fh:
-            fh.write(json.dumps(row, default=float) + "\n")
-        if self.tracking:
-            from methodlab.runners.tracking import open_run
-
-            if self._tracker is None:
-                self._tracker = open_run(self.tracking, Path(self.path).parent, self.run_name, self.method, self.config)
-            self._tracker.log(row)
+        self.run.report(metrics[0] if metrics else {}, stored=checkpoint.path if checkpoint is not None else None)
 
 
 def worker_loop(payload: dict) -> None:
@@ -139,8 +116,6 @@ def step_checkpoint_name(step: int, root: Path | None) -> str:
     Train never registered (left by a killed run) is replaced; one it still lists gets a fresh `-<n>` name, since
     Ray deletes a checkpoint by its path when it prunes, and two entries must never share a folder."""
     import shutil
-
-    from methodlab.runners.local import checkpoint_dir_name
 
     name = checkpoint_dir_name(step)
     if root is None or not (root / name).exists():
@@ -328,13 +303,11 @@ def stop_train_run(controllers: list, wait_s: float = 4.0) -> None:
 
 
 def run_train(loaded, name: str, storage: str, *, address: str | None = None, quiet: bool = False,
-              assume_shared_storage: bool = False, autoscaling: bool = False) -> dict:
+              assume_shared_storage: bool = False, autoscaling: bool = False) -> RunResult:
     from methodlab.runners import tracking
-    from methodlab.runners.local import check_resume_compatible, drop_unclaimed, job_record
     from methodlab.runners.paths import check_shared_storage, is_uri
     from methodlab.runners.progress import Progress
     from methodlab.runners.ray_session import check_cluster_gpus, controller_knows_its_cluster, init_ray
-    from methodlab.runners.results import write_run_summary
 
     init_ray(address, quiet=quiet)
     check_shared_storage(storage, assume_shared_storage)  # on a multi-node cluster, before any worker starts
@@ -345,14 +318,14 @@ def run_train(loaded, name: str, storage: str, *, address: str | None = None, qu
     cfg = loaded.config
     run_dir = Path(storage) / name
     local = not is_uri(storage)
-    resume_from, existed, record = None, run_dir.exists(), None
+    resume_from, run = None, None  # run: the run's RunLifecycle (local storage only; a URI has no run folder here)
     total = getattr(cfg, "max_steps", None) or getattr(cfg, "epochs", None)
     progress = Progress(spec.slug, type(cfg).primary_metric, quiet=quiet, total=total,
                         start=_start_step(run_dir) if local else 0)
     if local:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        check_resume_compatible(run_dir, cfg)
-        record = job_record(loaded, name, storage, "train")  # written by the controller at the first report
+        # config check and job record (written by the controller's copy at the first report, with the row and the
+        # tracker's log); Ray Train restores its own checkpoints, so the object looks for none
+        run = RunLifecycle.open(loaded, name, storage, "train", slug=spec.slug, find_resume=False, track_now=False)
         aside = repair_snapshot(run_dir / CHECKPOINTS_DIR)
         if aside is not None:
             progress.note(f"warning: Ray Train's snapshot did not match the checkpoint folders (moved to {aside}); "
@@ -362,20 +335,16 @@ def run_train(loaded, name: str, storage: str, *, address: str | None = None, qu
         start = resume_point(run_dir)
         if start is not None:
             progress.note(f"resuming from {start}")
-    # Tracking needs the run folder for its run ids and event files: local storage only.
-    track = tracking.settings(loaded.job.tracking, spec.slug) if local else None
-    if not local and tracking.settings(loaded.job.tracking, spec.slug):
-        tracking.warn_remote(storage)
-    metrics_file = run_dir / "metrics.jsonl"
-    callbacks = [MetricsRecorder(str(metrics_file), track, name, spec.slug, cfg.model_dump(mode="json"),
-                                 record=record)] if local else []
+    elif tracking.settings(loaded.job.tracking, spec.slug):
+        tracking.warn_remote(storage)  # tracking needs the run folder for its run ids and event files
+    callbacks = [MetricsRecorder(run)] if run is not None else []
     trainer = build_trainer(loaded, name, storage, callbacks=callbacks, resume_from=resume_from)
     controllers: list = []
     if hasattr(trainer, "_register_sigint_handler"):
         # Ray's own SIGINT handler waits on a graceful abort without a limit (138 s seen) and then exits 0 or 1;
         # ours below (KeyboardInterrupt) stops the run within seconds and exits 130 with a resume hint.
         trainer._register_sigint_handler = controllers.append
-    follower = ReportFollower(metrics_file, progress) if local and not progress.quiet else None
+    follower = ReportFollower(run.metrics_file, progress) if run is not None and not progress.quiet else None
     if follower is not None:
         follower.start()
     try:
@@ -386,27 +355,22 @@ def run_train(loaded, name: str, storage: str, *, address: str | None = None, qu
             follower.stop()
         progress.done(ok=False)
         stop_train_run(controllers)
-        if local:
-            tracking.finish_run(track, run_dir, name, type(cfg).primary_metric, {}, None, status="KILLED")
-            drop_unclaimed(run_dir, existed)  # stopped before its first report: as if it had not been started
+        if run is not None:  # stopped before its first report: as if it had not been started
+            run.fail("KILLED")
         raise
     except BaseException:
         if follower is not None:
             follower.stop()
         progress.done(ok=False)
-        tracking.finish_run(track, run_dir, name, type(cfg).primary_metric, {}, None, status="FAILED")
-        if local:
-            drop_unclaimed(run_dir, existed)
+        if run is not None:
+            run.fail()
         raise
     if follower is not None:
         follower.stop()
     progress.done()
     final = dict(result.metrics or {})
-    if local:
-        from methodlab.runners.local import claim_run
-
-        claim_run(run_dir, record)  # as the controller wrote it at the first report (also for a fit that never reported)
-        ckpt = Path(result.checkpoint.path) if result.checkpoint else latest_checkpoint(run_dir)
-        write_run_summary(run_dir, spec.slug, cfg, final, ckpt)
-        tracking.finish_run(track, run_dir, name, type(cfg).primary_metric, final, ckpt)
-    return {"run_dir": str(run_dir), "metrics": final, "checkpoint": result.checkpoint.path if result.checkpoint else None}
+    if run is None:
+        return RunResult(run_dir=str(run_dir), metrics=final, summary=None,
+                         checkpoint=result.checkpoint.path if result.checkpoint else None)
+    # job.yaml again, as the controller wrote it at the first report (also for a fit that never reported)
+    return run.close(final, Path(result.checkpoint.path) if result.checkpoint else latest_checkpoint(run_dir))

@@ -4,7 +4,11 @@ Single-worker trials are plain function trainables (no Train worker group: ~20 s
 small machines), on a GPU share when the space's `trial_resources.gpu` (or the base job's use_gpu) asks
 for one: four trials at gpu 0.25 share one GPU. Multi-worker trials are a 0.01-CPU driver that builds a
 TorchTrainer named after the trial id (stable across retries and `tune resume`) and forwards its reports
-to Tune."""
+to Tune.
+
+A function trial records its reports through runners/lifecycle.py (RunLifecycle.recorder, its REPORTS_DIR file);
+Tune owns the rest of the trial (result.json, checkpoints, resume), and the sweep's summary is written from Tune's
+results (results.write_sweep_summary); see lifecycle.py's docstring for who does what."""
 
 from __future__ import annotations
 
@@ -55,6 +59,7 @@ def function_trial(params: dict, payload: dict) -> None:
     import ray
 
     from methodlab.core.device import resolve_device, set_tf32, set_threads
+    from methodlab.runners.lifecycle import RunLifecycle
 
     spec, cfg = _trial_config(payload, params)
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # one "checkpoint created" line per report otherwise
@@ -66,13 +71,13 @@ def function_trial(params: dict, payload: dict) -> None:
         set_tf32(payload.get("tf32", False))
     ckpt = tune.get_checkpoint()
     resume = Path(ckpt.to_directory()) if ckpt is not None else None
-    reports = Path(payload["reports_dir"]) / f"{tune.get_context().get_trial_id()}.jsonl" if payload.get("reports_dir") else None
+    # the trial's own record of its reports (see REPORTS_DIR); Tune keeps result.json and the checkpoints
+    reports = (RunLifecycle.recorder(Path(payload["reports_dir"]) / f"{tune.get_context().get_trial_id()}.jsonl")
+               if payload.get("reports_dir") else None)
 
     def report(metrics: dict, ckpt_dir: Path | None) -> None:
         if reports is not None:  # before Tune sees it: see REPORTS_DIR
-            reports.parent.mkdir(parents=True, exist_ok=True)
-            with reports.open("a") as fh:
-                fh.write(json.dumps(metrics, default=float) + "\n")
+            reports.report(metrics)
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(str(ckpt_dir)) if ckpt_dir else None)
 
     trial_dir = tune.get_context().get_trial_dir()

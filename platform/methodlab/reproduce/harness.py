@@ -255,6 +255,8 @@ def _local(wave, workers, log, t_end) -> list[dict]:
 def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mode: str,
               log: Callable[[str], None] = print) -> None:
     """Tasks in this process, cached as JSON by (id, seed, version, inputs, code)."""
+    from methodlab.core.device import set_threads
+
     for t in study.tasks:
         if not active(t, mode):
             continue
@@ -266,7 +268,12 @@ def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mo
             if path.exists():
                 continue
             t0 = time.time()
-            value = t.call(seed, inputs, mode)
+            # one thread, as each run gets from its job's CPUs: a task shares the machine with the runs
+            threads = set_threads(1)
+            try:
+                value = t.call(seed, inputs, mode)
+            finally:
+                set_threads(threads)
             store.write_json_atomic(path, {"task": t.id, "seed": seed, "value": value,
                                            "wall_s": round(time.time() - t0, 3)})
             log(f"task {t.id} seed {seed} in {time.time() - t0:.1f} s")

@@ -24,7 +24,6 @@ def rank1_sketch(seed: int, inputs: dict, mode: str) -> dict:
     from methodlab.methods.ctsketch.sketch import build_sketch, program_tensor
     from methodlab.methods.ctsketch.tree import SumTree
 
-    torch.set_num_threads(1)
     draws = 200 if mode == "quick" else 2000
     levels = []
     for d in (10, 19, 37, 73):
@@ -88,7 +87,6 @@ def mean_only_gradient(seed: int, inputs: dict, mode: str) -> dict:
     half '6' (same mean); the exact-convolution NLL's change for contrast (N = 16)."""
     from methodlab.methods.ctsketch.tree import SumTree, conv_sum_dist
 
-    torch.set_num_threads(1)
     out = []
     for n in ((16,) if mode == "quick" else (16, 1024)):
         g = torch.Generator().manual_seed(0)

@@ -308,7 +308,7 @@ def test_reproduction_study_plans_and_renders_the_committed_report(tmp_path):
 
     st = study()
     st.check()
-    pending = harness.plan(st, tmp_path / "runs", quick=True)
+    pending = harness.plan(st, tmp_path / "runs", mode="quick")
     assert pending and {p.arm for p in pending} >= {"A-random_cpt-mvb", "B-xor-K2", "B-xor-K1"}
     reports = Path(__file__).resolve().parents[2] / "reports"
     out = tmp_path / "reports"

@@ -209,7 +209,7 @@ def render(study: Study, data: dict, out_dir: Path) -> Path:
     claims = judge(study, res)
     plots = list(study.plots(res, out_dir)) if study.plots is not None else []
     doc = {"slug": study.slug, "title": study.title or study.slug, "dataset": study.dataset,
-           "real_data": study.real_data, "mode": res.mode, "reduced": res.mode == "quick" or bool(
+           "real_data": study.real_data, "mode": res.mode, "reduced": None if not data["runs"] else res.mode == "quick" or bool(
                recipe_differences(study, data)), "claims": claims, "plots": plots, "data": data}
     (out_dir / f"{study.slug}.json").write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
     md = out_dir / f"{study.slug}.md"

@@ -57,12 +57,16 @@ def _recipe(e: dict) -> str:
         return "—"
     if e["mode"] == "quick":
         return "quick (reduced)"
+    if e["reduced"] is None:
+        return "— (no run yet)"
     return ("reduced" if e["reduced"] else "spec's") + (" (--full)" if e["mode"] == "full" else "")
 
 
 def _data(e: dict) -> str:
     if not e["dataset"]:
         return "—"
+    if "real" in e["dataset"] or "synthetic" in e["dataset"]:  # the study already says which
+        return e["dataset"]
     return f"{e['dataset']} ({'real' if e['real_data'] else 'synthetic'})"
 
 

@@ -20,3 +20,10 @@ def cache_dir(sub: str = "") -> Path:
     """METHODLAB_CACHE (default ~/.cache/methodlab), optionally a subfolder of it."""
     root = Path(os.environ.get("METHODLAB_CACHE") or HOME_CACHE)
     return root / sub if sub else root
+
+
+def hub_offline() -> None:
+    """Hugging Face libraries never reach the network (DATA.md: no network at run time) and stay quiet; set
+    here so no method touches the environment."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

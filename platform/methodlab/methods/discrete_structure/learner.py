@@ -150,19 +150,25 @@ def run_dagma(prob: Problem, cfg, st: PathState, on_step=None) -> PathState:
             if on_step is not None and (st.step % cfg.log_every == 0 or st.step % cfg.checkpoint_every == 0):
                 _sync(st, B, b, opt)
                 on_step(st, {"train/loss": loss.item(), "train/h": h.item(), "train/mu": mu})
-        # next stage: warm start, lr back to the configured one
-        st.stage += 1
-        st.k, st.prev_obj = 0, None
-        st.lr = cfg.lr
-        with torch.no_grad():
-            st.B0, st.b0 = B.detach().clone(), b.detach().clone()
-        opt = torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
-        if on_step is not None:
-            _sync(st, B, b, opt)
-            on_step(st, {"stage_end": True})
+        opt = _next_stage(st, B, b, cfg, on_step)
     _sync(st, B, b, opt)
     st.done = True
     return st
+
+
+def _next_stage(st: PathState, B, b, cfg, on_step):
+    """Warm start the next stage from where this one ended, lr back to the configured one, a fresh Adam (as
+    DAGMA does between stages); returns that optimiser."""
+    st.stage += 1
+    st.k, st.prev_obj = 0, None
+    st.lr = cfg.lr
+    with torch.no_grad():
+        st.B0, st.b0 = B.detach().clone(), b.detach().clone()
+    opt = torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
+    if on_step is not None:
+        _sync(st, B, b, opt)
+        on_step(st, {"stage_end": True})
+    return opt
 
 
 def _run_dagma_linear(prob: Problem, cfg, st: PathState, on_step=None) -> PathState:
@@ -241,15 +247,8 @@ def _run_dagma_linear(prob: Problem, cfg, st: PathState, on_step=None) -> PathSt
                 _sync(st, B, b, opt)
                 on_step(st, {"train/loss": loss.item(), "train/h": h.item(), "train/mu": mu, "train/s": s,
                              "train/lr": st.lr})
-        st.stage += 1
-        st.k, st.prev_obj, st.s = 0, None, None
-        st.lr = cfg.lr
-        with torch.no_grad():
-            st.B0, st.b0 = B.detach().clone(), b.detach().clone()
-        opt = torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
-        if on_step is not None:
-            _sync(st, B, b, opt)
-            on_step(st, {"stage_end": True})
+        st.s = None
+        opt = _next_stage(st, B, b, cfg, on_step)
     _sync(st, B, b, opt)
     st.done = True
     return st

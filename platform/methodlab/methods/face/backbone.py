@@ -92,8 +92,9 @@ class Backbone:
 def load_backbone(name: str = "minilm") -> Backbone:
     """The frozen backbone on the CPU (loaded once per process): tokenizer, codebook filtering and the synthetic
     generator read it there; `backbone_on` gives the copy that lives on a run's device."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from methodlab.data.cache import hub_offline
+
+    hub_offline()
     try:
         import transformers
     except ImportError:

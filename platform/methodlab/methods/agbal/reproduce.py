@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "agbal"
@@ -196,10 +196,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     seeds = res.reported_seeds
     fig, axes = plt.subplots(1, len(EXPERIMENTS), figsize=(5 * len(EXPERIMENTS), 3.8))

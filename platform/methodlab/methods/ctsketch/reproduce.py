@@ -14,7 +14,7 @@ import math
 
 from methodlab.methods.ctsketch.config import exact_table_bytes
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, mean, md_table
 
 SLUG = "ctsketch"
@@ -231,10 +231,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
     for i, arm in enumerate(("A", "B-broken", "B-rank1", "B-rank1-hmt", "base-exactconv", "base-indecater")):

@@ -115,11 +115,7 @@ def run_dagma(prob: Problem, cfg, st: PathState, on_step=None) -> PathState:
     if getattr(cfg, "dagma_domain", "restart") == "dagma_linear":
         return _run_dagma_linear(prob, cfg, st, on_step)
     plan = _stage_plan(cfg)
-    B = st.B.clone().requires_grad_(True)
-    b = st.b.clone().requires_grad_(True)
-    opt = torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
-    if st.opt_state is not None:
-        opt.load_state_dict(st.opt_state)
+    B, b, opt = _resume_tensors(st)
     while st.stage < len(plan):
         mu, s, steps = plan[st.stage]
         while st.k < steps:
@@ -156,6 +152,16 @@ def run_dagma(prob: Problem, cfg, st: PathState, on_step=None) -> PathState:
     return st
 
 
+def _resume_tensors(st: PathState):
+    """(B, b, Adam) where the path state left them: its tensors as leaves, the optimiser's saved state if any."""
+    B = st.B.clone().requires_grad_(True)
+    b = st.b.clone().requires_grad_(True)
+    opt = torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
+    if st.opt_state is not None:
+        opt.load_state_dict(st.opt_state)
+    return B, b, opt
+
+
 def _next_stage(st: PathState, B, b, cfg, on_step):
     """Warm start the next stage from where this one ended, lr back to the configured one, a fresh Adam (as
     DAGMA does between stages); returns that optimiser."""
@@ -179,11 +185,7 @@ def _run_dagma_linear(prob: Problem, cfg, st: PathState, on_step=None) -> PathSt
     restarts from its start with lr / 2 and s + 0.1. The next stage starts at the configured lr and the plan's s.
     (Official order: the test runs before the next gradient; here right after the step, the same sequence.)"""
     plan = _stage_plan(cfg)
-    B = st.B.clone().requires_grad_(True)
-    b = st.b.clone().requires_grad_(True)
-    opt = torch.optim.Adam([B, b], lr=st.lr, betas=(0.99, 0.999))
-    if st.opt_state is not None:
-        opt.load_state_dict(st.opt_state)
+    B, b, opt = _resume_tensors(st)
 
     def weights_now() -> torch.Tensor:
         with torch.no_grad():

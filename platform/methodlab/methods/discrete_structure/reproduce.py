@@ -13,7 +13,7 @@ import math
 from datetime import datetime
 
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 
 SLUG = "discrete_structure"
 BENCH, XOR, ASIA = (f"jobs/{SLUG}/{n}.yaml" for n in ("benchmark", "xor_triple", "asia"))
@@ -210,10 +210,7 @@ def _dev(res) -> list[str]:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     seeds = res.reported_seeds

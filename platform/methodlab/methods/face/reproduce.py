@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "face"
@@ -236,10 +236,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     for arm in ("synthetic", "movielens"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 from methodlab.reproduce import Arm, Claim, Study
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "graphrta"
@@ -148,10 +148,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     seeds = res.reported_seeds

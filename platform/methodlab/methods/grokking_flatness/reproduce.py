@@ -16,7 +16,7 @@ import math
 
 from methodlab.methods.grokking_flatness.summary import train_acc_at, value_at
 from methodlab.reproduce import Arm, Claim, Study
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "grokking_flatness"
@@ -230,10 +230,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(2, 3, figsize=(15, 8))
     steps = lambda h: [x["step"] for x in h]  # noqa: E731

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from methodlab.methods.gyroatt.grassmann import GEOMETRIES
 from methodlab.reproduce import Arm, Claim, Study
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "gyroatt"
@@ -141,10 +141,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     seeds = res.reported_seeds
     fig, ax = plt.subplots(1, 3, figsize=(17, 4.8))

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from methodlab.reproduce.plots import pyplot
+
 # The paper's WordNet table (recall per distance 0..8, %; the spec's Headline numbers).
 PAPER_WN64 = {"standard": [100.0, 93.9, 86.9, 76.8, 60.2, 46.8, 36.1, 28.8, 19.4],
               "pretrain_finetune": [100.0, 90.8, 91.6, 92.7, 92.6, 91.8, 90.9, 87.3, 75.7]}
@@ -214,10 +216,7 @@ def large_section(res, std_arm: str, pf_arm: str) -> list[str]:
 
 
 def plot_large(res, std_arm: str, pf_arm: str, path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     std, pf = res.final(std_arm, 0), res.final(pf_arm, 0)
     if std is None or pf is None:

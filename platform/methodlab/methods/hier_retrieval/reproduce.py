@@ -18,6 +18,7 @@ import numpy as np
 
 from methodlab.methods.hier_retrieval import diagnostics as D
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import pyplot
 from methodlab.reproduce.tables import md_table, mean
 
 SLUG = "hier_retrieval"
@@ -183,10 +184,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     seeds = res.reported_seeds
     wn = {lab: res.final(a, 0) for lab, a in [("standard", "wn-standard"), ("rebalanced", "wn-rebalanced"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 from methodlab.reproduce import Arm, Claim, Study
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "min_swgg"
@@ -184,10 +184,7 @@ def _smoothed(res, s):
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     seeds = res.reported_seeds
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))

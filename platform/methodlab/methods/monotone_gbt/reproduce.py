@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table
 
 SLUG = "monotone_gbt"
@@ -179,10 +179,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))

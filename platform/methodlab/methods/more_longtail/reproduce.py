@@ -15,6 +15,7 @@ import numpy as np
 
 from methodlab.methods.more_longtail import diagnostics as dg
 from methodlab.reproduce import Arm, Claim, Study
+from methodlab.reproduce.plots import pyplot
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "more_longtail"
@@ -208,10 +209,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     seeds = res.reported_seeds
     fig, ax = plt.subplots(1, 2, figsize=(13, 4.2))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from methodlab.methods.mtpp_threshold import diagnostics as D
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import md_table, mean
 
 SLUG = "mtpp_threshold"
@@ -204,10 +204,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     blocks = {"Hawkes generator (5 marks), test": method_means(res, "hawkes"),

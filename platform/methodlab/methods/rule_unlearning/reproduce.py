@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from methodlab.methods.rule_unlearning import diagnostics as D
 from methodlab.reproduce import Arm, Claim, Study
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "rule_unlearning"
@@ -181,10 +181,7 @@ def _base(final: dict) -> dict:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     seeds = res.reported_seeds
     fig, ax = plt.subplots(figsize=(6, 4.5))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "strategic_causal"
@@ -247,10 +247,7 @@ def _real(res) -> list[str]:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     par, hist = res.task("pareto", 0), [h for h in res.history("D-sweep", 0) if "sweep/sigma" in h]
     if not par and not hist:

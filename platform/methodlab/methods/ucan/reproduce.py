@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from methodlab.reproduce import Arm, Claim, Study, Task
+from methodlab.reproduce.plots import pyplot
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "ucan"
@@ -223,10 +224,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))

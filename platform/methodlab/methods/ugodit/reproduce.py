@@ -14,7 +14,7 @@ from functools import partial
 
 from methodlab.methods.ugodit import diagnostics as dg
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.tables import fmt, md_table, mean
 
 SLUG = "ugodit"
@@ -180,10 +180,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     panels = [(t, (res.reported_seeds if t in ("mri", "sr") else (0,))) for t in TITLES]
     panels = [(t, ss) for t, ss in panels if any(res.run(f"ugodit-{t}", s) for s in ss)]

@@ -16,7 +16,7 @@ from functools import partial
 
 from methodlab.methods.unirl.diagnostics import acceptance_sweep, sweep_counts
 from methodlab.reproduce import Arm, Claim, Study, Task
-from methodlab.reproduce.plots import save_figure
+from methodlab.reproduce.plots import pyplot, save_figure
 from methodlab.reproduce.harness import REPO
 from methodlab.reproduce.tables import fmt, md_table
 
@@ -170,10 +170,7 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     panels = [(axes[0], ("sql", "bc", *CONTEXT), SCORE, "A: offline (gradient steps)"),

@@ -103,6 +103,19 @@ def test_not_run_when_its_runs_are_missing(toy_pkg, tmp_path):
     assert _claims(out)["A"]["verdict"] == "PASS" and _claims(out)["B"]["verdict"] == "NOT RUN"
 
 
+def test_an_interim_report_reads_the_recipe_it_will_run_never_as_run(toy_pkg, tmp_path):
+    """Before any run finished, a section's setting text reads the arm's planned config (not blanks), while the
+    recipe-against-spec table lists only what ran."""
+    from methodlab.reproduce.harness import collect
+    from methodlab.reproduce.report import Results
+
+    data = collect(study(), tmp_path / "runs", tmp_path / "tasks", mode="default")
+    assert data["runs"] == {} and data["recipes"] == {}
+    res = Results(data, study())
+    assert res.config("base")["steps"] == 4 and res.config("base")["rate"] == 0.5
+    assert data["planned"]["finetune"]["steps"] == 2  # a dependent arm: its recipe, before the checkpoint exists
+
+
 def test_a_code_change_invalidates_the_keys(toy_pkg, tmp_path):
     out, st = tmp_path / "reports", tmp_path / "store"
     reproduce(study(), out_dir=out, storage=st, use_ray=False, seeds="0", log=lambda m: None)

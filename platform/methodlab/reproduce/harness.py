@@ -326,6 +326,15 @@ def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str) -> di
             if arm.id not in recipes:
                 loaded, _ = load_arm(arm, seed, mode)
                 recipes[arm.id] = loaded.config.model_dump(mode="json")
+    # the recipe of an arm with no finished run yet (an interim report's setting text reads it; never shown as run)
+    planned = {}
+    for arm in study.arms:
+        seeds = arm_seeds(study, arm.seeds, "all", mode) if active(arm, mode) and arm.id not in recipes else ()
+        if seeds:
+            try:
+                planned[arm.id] = load_arm(arm, seeds[0], mode)[0].config.model_dump(mode="json")
+            except ConfigError:  # a dependent arm whose config needs its dependency's checkpoint path first
+                pass
     tasks: dict[str, dict[str, Any]] = {}
     for t in study.tasks:  # only the current keys: a stale result (older code, --quick inputs) is never read
         if not active(t, mode):
@@ -338,4 +347,4 @@ def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str) -> di
             if path.exists():
                 tasks.setdefault(t.id, {})[str(seed)] = json.loads(path.read_text())["value"]
     return {"slug": study.slug, "quick": mode == "quick", "mode": mode, "runs": runs, "tasks": tasks,
-            "recipes": recipes}
+            "recipes": recipes, "planned": planned}

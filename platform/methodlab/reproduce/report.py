@@ -47,8 +47,9 @@ class Results:
         return sorted(int(s) for s in self.data["runs"].get(arm, {}))
 
     def config(self, arm: str) -> dict:
-        """The resolved config the arm ran (its first seed's; seeds differ only in `seed`)."""
-        return (self.data.get("recipes") or {}).get(arm, {})
+        """The resolved config the arm ran (its first seed's; seeds differ only in `seed`), or, before any of its
+        runs finished, the one it will run (so an interim report's setting text is the recipe, not blanks)."""
+        return (self.data.get("recipes") or {}).get(arm) or (self.data.get("planned") or {}).get(arm, {})
 
 
 def _num(v: Any) -> float | None:

@@ -6,7 +6,8 @@ CPU budget), then four test fits of 400 iterations (setting reconstruct): `ugodi
 decoder: needs train-<t>), `aseqdip-<t>`, `dip-<t>`, `random_encoder-<t>`. The fits report PSNR / SSIM of the EMA
 output every 10 iterations, EMA PSNR at 150 and the trivial reconstruction's PSNR, which the claims read.
 Also: the MRI learning-rate calibration on the validation image (seed 10), the SR lambda look (seed 0), the
-report-only rows (deblur_nonlinear, Fashion-MNIST SR x2; seed 0) and the issue-29 diagnostic Tasks (diagnostics.py)."""
+report-only rows (deblur_nonlinear, Fashion-MNIST SR x2; seed 0), the issue-29 diagnostic Tasks (diagnostics.py) and
+the issue-44 item-9 arms (development seeds: the official code's first-release SR lambdas, diagnostics.ITEM9)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,16 @@ def _arms() -> tuple[Arm, ...]:
                 seeds=(10,), skip_quick=True, label=f"MRI lr calibration {lr:g}, validation image") for lr in MRI_LRS]
     out += [Arm(f"lam-sr-{lam:g}", f"{J}/aseqdip_sr.yaml", (f"lam={lam}",), seeds=(0,), skip_quick=True,
                 label=f"aSeqDIP SR x2, lambda {lam:g}") for lam in LAMS]
+    # issue 44 item 9 (diagnostics.ITEM9): the official code's first-release SR weights, development seeds only
+    dev = dict(seeds="dev", skip_quick=True)
+    out += [Arm(f"{a}-sr-lam0.1", f"{J}/{'reconstruct' if a == 'ugodit' else a}_sr.yaml", ("lam=0.1",), **dev,
+                needs=(("train-sr", "encoder_from"),) if a == "ugodit" else (), label=f"{NAMES[a]}, sr, test lambda 0.1")
+            for a in ("ugodit", "aseqdip", "random_encoder")]
+    out += [Arm("train-sr-lam1", f"{J}/train_sr.yaml", ("val_iterations=0", "lam=1.0"), **dev,
+                label="encoder training, sr, lambda 1 (official first release)"),
+            Arm("ugodit-sr-rel1", f"{J}/reconstruct_sr.yaml", ("lam=0.1", "freeze_encoder=false"), **dev,
+                needs=(("train-sr-lam1", "encoder_from"),), label="UGoDIT, sr, official first release (train lambda 1, "
+                "test lambda 0.1, encoder fitted at test)")]
     return tuple(out)
 
 
@@ -167,6 +178,7 @@ def sections(res) -> str:
                 "lambda * mse(x, z), with z started at the bilinear image and refreshed to the output every 10 steps, "
                 "holds the reconstruction near the bilinear input within a 400-step budget; vanilla DIP (lambda 0, "
                 "fixed input) is the arm to compare with the bilinear baseline.", ""]
+    out += dg.item9_section(res)
     for t in ("mri", "sr"):
         out += dg.section(res, t)
     out += ["## Report-only rows (seed 0, no bar)", ""]

@@ -40,6 +40,9 @@ class Config(MethodConfig):
     n_train_per_family: int = Field(4, ge=1, le=1000, description="Training shapes per family (random parameters).")
     n_points: int = Field(2000, ge=32, le=200_000, description="Points per scan (analytic train/val/test shapes).")
     observations: int = Field(4, ge=2, le=16, description="K: independent noisy scans per training shape (fresh surface sample + noise each).")
+    scan_sampling: Literal["fresh", "shared"] = Field(
+        "fresh", description="How the K training scans of a shape differ: fresh (a new surface sample + noise each, the "
+        "spec's reading) | shared (one clean sample, K noise draws: Noise2NoiseMapping's construction; issue 44 item 10).")
     noise: float = Field(0.02, ge=0.0, le=0.2, description="Gaussian noise std as a fraction of the unit bounding-sphere radius.")
     punet_root: str | None = Field(None, description="data=punet: folder with pointclouds/{train,test}/<res>_poisson/*.xyz and meshes/{train,test}/*.off.")
     punet_resolution: Literal[10000, 50000] = Field(10000, description="data=punet: which Poisson-disk resolution to read.")

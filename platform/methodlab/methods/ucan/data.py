@@ -48,7 +48,11 @@ def build_data(cfg) -> PCData:
     scans = []
     for i, sh in enumerate(train):
         rng = np.random.default_rng([cfg.data_seed, 11, i])
-        noisy, _ = shapes.noisy_observations(sh, cfg.n_points, cfg.observations, cfg.noise, rng)
+        if cfg.scan_sampling == "shared":  # one clean sample, K noise draws: scans differ by their noise only
+            clean = shapes.sample_surface(sh, cfg.n_points, rng)
+            noisy = clean[None] + cfg.noise * rng.normal(size=(cfg.observations, *clean.shape))
+        else:
+            noisy, _ = shapes.noisy_observations(sh, cfg.n_points, cfg.observations, cfg.noise, rng)
         scans.append(noisy.astype(np.float32))
     return PCData(scans, [s.name for s in train], {s: analytic_eval_set(cfg, s) for s in cfg.eval_sets})
 
@@ -62,19 +66,21 @@ def _punet_root(cfg):
 
 def build_punet(cfg) -> PCData:
     """PUNet train split: K noisy scans per mesh (fresh area-weighted samples when the mesh is there, else random
-    subsets of the clean Poisson cloud), normalised to the unit bounding sphere; val = the test split's clouds."""
+    subsets of the clean Poisson cloud; scan_sampling=shared: the first sample for all K), normalised to the unit
+    bounding sphere; val = the test split's clouds."""
     scans, names = [], []
     for i, (name, cloud, mesh) in enumerate(meshes.punet_files(_punet_root(cfg), "train", cfg.punet_resolution)):
         rng = np.random.default_rng([cfg.data_seed, 11, i])
         pts = meshes.load_points(cloud)
         pts, centre, radius = meshes.normalise(pts)
         obs = []
-        for _ in range(cfg.observations):
-            if mesh is not None:
-                v, f = meshes.load_mesh_file(mesh)
-                base = meshes.sample_mesh((v - centre) / radius, f, min(cfg.n_points, len(pts)), rng)
-            else:
-                base = pts[rng.choice(len(pts), size=min(cfg.n_points, len(pts)), replace=False)]
+        for k in range(cfg.observations):
+            if k == 0 or cfg.scan_sampling == "fresh":  # shared: the first clean sample, a fresh noise draw each
+                if mesh is not None:
+                    v, f = meshes.load_mesh_file(mesh)
+                    base = meshes.sample_mesh((v - centre) / radius, f, min(cfg.n_points, len(pts)), rng)
+                else:
+                    base = pts[rng.choice(len(pts), size=min(cfg.n_points, len(pts)), replace=False)]
             obs.append(base + cfg.noise * rng.normal(size=base.shape))
         scans.append(np.stack(obs).astype(np.float32))
         names.append(name)

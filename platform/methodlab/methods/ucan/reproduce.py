@@ -6,7 +6,8 @@ of the `eval` setting): the noisy input and k-NN mean smoothing with 1, 2 and 3 
 test shapes; the iteration count is chosen on the VALIDATION shapes and that count's test figures are the
 baseline. Images (jobs/ucan/image_denoise.yaml): ZS-N2N with and without L_DC, seeds 10-12 then 0-2. Report only
 (jobs/ucan/eval.yaml): the seed-0 models, the smoothing and the noisy input on the real meshes at 1 / 2 / 3 %
-noise, and a rendering of one test torus (an `eval` run of the seed-0 model). Task `emd_floor`: diagnostics.py."""
+noise, and a rendering of one test torus (an `eval` run of the seed-0 model). Tasks `emd_floor`, `emd_density`
+and the 10K / 50K development-seed arms of issue 44 item 10 (`point_arms`): diagnostics.py."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ FULL_PC = ("max_steps=400",)
 
 
 def _arms() -> tuple[Arm, ...]:
+    from methodlab.methods.ucan.diagnostics import point_arms
+
     pc = lambda i, job, seeds="both": Arm(i, job, ("eval_every=50",), quick=QUICK_PC, full=FULL_PC,  # noqa: E731
                                           seeds=seeds, label=PC[i])
     mesh_over = {"mesh-noisy": ("eval_method=identity",), "mesh-ucan": (), "mesh-nodc": (),
@@ -48,13 +51,20 @@ def _arms() -> tuple[Arm, ...]:
                 needs=(("ucan", "checkpoint_path"),), label="seed-0 U-CAN on the test shapes (rendering)"),
             *(Arm(a, EVAL_M, mesh_over[a], quick=QUICK_MESH, seeds=(0,), label=f"{lab}, real meshes",
                   needs=((a[5:], "checkpoint_path"),) if a in ("mesh-ucan", "mesh-nodc") else ())
-              for a, lab in MESH.items()))
+              for a, lab in MESH.items()),
+            *point_arms(Arm, TRAIN, EVAL_A, FULL_PC))  # issue 44 item 10: 10K / 50K scans, development seeds
 
 
 def emd_floor(seed: int, inputs: dict, mode: str) -> dict:
     from methodlab.methods.ucan.diagnostics import emd_floor as floor
 
     return floor()
+
+
+def emd_density(seed: int, inputs: dict, mode: str) -> dict:
+    from methodlab.methods.ucan.diagnostics import emd_density as dens
+
+    return dens()
 
 
 def knn_choice(r) -> int | None:
@@ -207,17 +217,22 @@ def sections(res) -> str:
            ""]
     out += _analytic(res, seeds) + _images(res, seeds) + _meshes(res)
     floor = res.task("emd_floor", 0)
-    if floor:
+    out += ["## Why the point-cloud bars are hard here: the EMD Noise2Noise signal at 2K points", ""]
+    if not floor:
+        out += ["EMD floor (task `emd_floor`): not run.", ""]
+    else:
         from methodlab.methods.ucan.diagnostics import FLOOR_ROWS
 
         gap = 100 * (1 - floor[FLOOR_ROWS[2]] / floor[FLOOR_ROWS[1]])
-        out += ["## Why the point-cloud bars are hard here: the EMD Noise2Noise signal at 2K points", "",
-                *md_table(["512-point patches of two scans (same ball), 10 training shapes", "EMD (unit radius)"],
+        out += [*md_table(["512-point patches of two scans (same ball), 10 training shapes", "EMD (unit radius)"],
                           [[k, fmt(floor[k], 4)] for k in FLOOR_ROWS]),
                 "Two scans sample the surface at different points; at 2,000 points the sampling mismatch dominates "
                 f"the 2 % noise, so the N2N loss of a perfect denoiser is only {gap:.1f} % below the identity's. k-NN "
                 "smoothing lowers P2S by pulling points together (its CD grows with the iterations), which the EMD "
                 "objective penalises. The final iterate is reported, not the best one (curves in the plot).", ""]
+    from methodlab.methods.ucan.diagnostics import point_count_section
+
+    out += point_count_section(res)
     return "\n".join(out + [
         "## Paper anchors (PUNet 10K, CD / P2M x1e-4; not comparable with the analytic figures above)", "",
         *md_table(["noise", "U-CAN 1-step (paper Table 4)", "ScoreDenoise (supervised)", "U-CAN full (paper)"], PAPER)])
@@ -272,7 +287,9 @@ def plots(res, folder) -> list[str]:
 
 def study() -> Study:
     return Study(slug=SLUG, title="ucan (U-CAN)", arms=_arms(), claims=CLAIMS,
-                 tasks=(Task("emd_floor", emd_floor, seeds=(0,)),), spec_recipe=SPEC_RECIPE, sections=sections,
+                 tasks=(Task("emd_floor", emd_floor, seeds=(0,)),
+                        Task("emd_density", emd_density, seeds=(0,), skip_quick=True)),
+                 spec_recipe=SPEC_RECIPE, sections=sections,
                  plots=plots, history=("test/p2s", "image/psnr"),
                  dataset="analytic shapes with exact P2S (synthetic) + skimage camera crop; real meshes report only",
                  real_data=False)

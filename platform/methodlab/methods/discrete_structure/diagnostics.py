@@ -215,6 +215,8 @@ def official_comparison(res) -> list[str]:
     dev = res.dev_seeds or ()
     rows = []
     for arm, label in OFFICIAL_ARMS:
+        if arm == "A-random_cpt-mvb" and res.mode == "full":  # --full runs this arm at the spec's schedule
+            label = "spec schedule (lr 3e-4, 5,000 / 20,000 steps, s = 1, unscaled W)"
         for s in dev:
             f = res.final(arm, s)
             if f is None:

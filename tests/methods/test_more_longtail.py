@@ -410,7 +410,9 @@ def test_the_study_renders_every_section_from_report_data(tmp_path):
     md = st.sections(Results({"runs": runs, "tasks": {}, "recipes": {}, "mode": "full"}, st))
     for text in ("## Recipe screen (development seeds 10, 11, 12", "weight decay 5e-3", "**first implementation**",
                  "CE + MORE, a = 8, sin", "## Fashion-MNIST-LT IF 100", "| fm-ce-more | 80.0 / 80.0 / 80.0 |",
-                 "## Arms on the development seeds"):
+                 "## Arms on the development seeds", "## Why the low-rank part vanishes",
+                 "| A, B learning rate x10 | 80.0 | 80.0 | +0.00 | +0.00 | 0.010 | 0.010 | 2.00 |",
+                 "meet both CE bars (All >= +1, Few >= +3, P1 / P2): none"):
         assert text in md, text
     assert st.plots(Results({"runs": runs, "tasks": {}}, st), tmp_path) == ["more_longtail.png"]
 
@@ -490,3 +492,34 @@ def test_data_parallel_shifts_are_the_global_batch_draw_sharded():
         ctx = RunContext(rank=rank, world_size=2)
         ib, sh = ctx.shard(idx, draw_shifts(9, 2, torch.Generator().manual_seed(3)))
         assert torch.equal(apply_shifts(x[ib], sh, 2), ref[rank::2])
+
+
+def test_lowrank_hypothesis_switches_change_only_the_low_rank_part():
+    """Issue 44 item 4's switches: the default keeps one SGD group (the paper's one optimiser); lowrank_lr_mult /
+    lowrank_weight_decay put A and B in their own group at lr * mult; tail_start keeps A and B at their init until
+    the switch epoch (B = 0: the full model equals the general one until then); b_init_std > 0 breaks check 1."""
+    from methodlab.methods.more_longtail.train import build_net, build_optimizer, low_rank_params
+
+    cfg = Config(imbalance=10, epochs=2, hidden=[16])
+    net = build_net(cfg, (8, 8), 10)
+    assert len(build_optimizer(cfg, net, net).param_groups) == 1
+    cfg2 = cfg.model_copy(update={"more": cfg.more.model_copy(update={"lowrank_lr_mult": 10.0,
+                                                                       "lowrank_weight_decay": 0.0})})
+    groups = build_optimizer(cfg2, net, net).param_groups
+    assert len(groups) == 2 and groups[1]["lr_mult"] == 10.0 and groups[1]["weight_decay"] == 0.0
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in low_rank_params(net)}
+    assert sum(len(g["params"]) for g in groups) == len(list(net.parameters()))
+
+    late = Config(imbalance=10, epochs=4, log_every=1, checkpoint_every=10, hidden=[16],
+                  more={"tail_start": 0.5, "alpha_zero_control": True})  # alpha = 0: the task loss moves A, B
+    hist = []
+    fit(late, RunContext(report_fn=lambda m, checkpoint=None: hist.append(m), quiet=True))
+    rel = [h["train/lowrank_rel"] for h in hist]
+    assert rel[0] == 0.0 and rel[1] == 0.0 and rel[3] > 0  # epochs 1-2 frozen at B = 0, trained from epoch 3
+
+    torch.manual_seed(0)
+    noisy = build_net(Config(hidden=[16], more={"b_init_std": 0.05}), (8, 8), 10)
+    assert any(float(m.B.abs().max()) > 0 for m in lowrank_modules(noisy))
+    x = torch.randn(5, 8, 8)
+    zf, zg = noisy(x)
+    assert float((zf - zg).abs().max()) > 0

@@ -35,6 +35,15 @@ class MoreConfig(BaseModel):
         "kaiming", description="A's init. Spec: Kaiming-uniform = torch's kaiming_uniform_ default (a = 0, He et al.: "
         "bound sqrt(6/fan_in)); kaiming_sqrt5: the LoRA / nn.Linear convention a = sqrt(5) (bound 1/sqrt(fan_in), "
         "0.41x; the first implementation's reading).")
+    # Issue 44 item 4: hypotheses the paper's construction rules out, as switches (defaults = the paper's reading).
+    b_init_std: float = Field(0.0, ge=0, le=1, description="B ~ N(0, b_init_std^2) at init (paper: 0, so the full "
+                              "model equals the general one at step 0; > 0 breaks mechanism check 1 on purpose).")
+    lowrank_lr_mult: float = Field(1.0, gt=0, le=1000, description="Learning rate of A and B as a multiple of lr "
+                                   "(paper: one optimiser, 1).")
+    lowrank_weight_decay: float | None = Field(None, ge=0, le=1, description="Weight decay on A and B (None: the "
+                                               "run's weight_decay, as one optimiser over all parameters).")
+    tail_start: float = Field(0.0, ge=0, lt=1, description="Fraction of the epochs before A and B start training "
+                              "(paper: 0; until then B stays at its init, so with B = 0 the tail is off).")
 
 
 class Config(MethodConfig):

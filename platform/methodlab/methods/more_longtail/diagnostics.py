@@ -7,6 +7,8 @@ the arms, the harness runs them; these functions read only the report data `res`
 - Logit-effect trace (default): development seed 10, CE control vs MORE, every 10 epochs, for the job recipe and the
   first implementation's recipe (A with a = sqrt(5), no augmentation).
 - Amplitude / schedule experiment (default, not under --quick): CE + MORE variants on the development seeds.
+- Low-rank hypotheses (issue 44 item 4; default, not under --quick): A / B learning rate, their weight decay, B's
+  init and when they start training, each in the control and in MORE, development seeds.
 - Fashion-MNIST-LT report row (`--full`, the spec's report row): CE control vs CE + MORE, seeds 0-2."""
 
 from __future__ import annotations
@@ -36,6 +38,22 @@ TRACE_SEED, TRACE_EVERY = 10, 10
 ABLATION = {"a0.5": ("a = 0.5, sin", ("more.amplitude=0.5",)), "a8": ("a = 8, sin", ("more.amplitude=8.0",)),
             "const": ("a = 2, const", ("more.schedule=const",)), "step": ("a = 2, sin per step",
                                                                          ("more.schedule_unit=step",))}
+
+# Issue 44 item 4: why does the MORE loss shrink B A to ~1 % of W_g? Each hypothesis changes the low-rank part
+# alike in the CE control (alpha = 0) and CE + MORE, development seeds only; the margin is MORE - its own control.
+HYPOTHESES = {"lr10": ("A, B learning rate x10", ("more.lowrank_lr_mult=10",)),
+              "lr3": ("A, B learning rate x3", ("more.lowrank_lr_mult=3",)),
+              "lr0.3": ("A, B learning rate x0.3", ("more.lowrank_lr_mult=0.3",)),
+              "wd0": ("no weight decay on A, B", ("more.lowrank_weight_decay=0",)),
+              "binit": ("B ~ N(0, 0.05^2) at init (not B = 0)", ("more.b_init_std=0.05",)),
+              "late": ("A, B train from epoch 75 of 150 (tail switches on at alpha's peak)", ("more.tail_start=0.5",))}
+# the row that met both CE bars on the development seeds (0.5 / 2 / 8 amplitudes: ablation_section), run once on
+# the reported seeds as well (the calibration rule: chosen on seeds 10-12, then seeds 0-4 once; claims unchanged)
+HYP_REPORTED = ("wd0",)
+
+
+def hyp_arm(name: str, kind: str) -> str:
+    return f"hyp-{name}-{kind}"
 
 
 def screen_arm(name: str, loss: str, arm: str) -> str:
@@ -144,6 +162,67 @@ def ablation_section(res) -> list[str]:
             "Does another amplitude or schedule of the same implementation reach the CE margins? The acceptance recipe "
             "(arms `abl-*`); only `more.amplitude` / `more.schedule` / `more.schedule_unit` change.", "",
             *md_table(["arm", "All %", "Few %", "All - control", "Few - control", "disc ratio"], rows)]
+
+
+def hypothesis_section(res) -> list[str]:
+    dev = res.dev_seeds
+    if not any(res.seeds(hyp_arm(k, "more")) for k in HYPOTHESES):
+        return []
+    rows, meets, shrink = [], [], []
+    for name, (label, _) in [("", ("paper's reading (the main arms ce-control / ce-more)", ()))] + list(HYPOTHESES.items()):
+        ctl, mo = (f"ce-{k}" for k in ("control", "more")) if not name else (hyp_arm(name, k) for k in ("control", "more"))
+        if not res.seeds(mo):
+            continue
+        d_all, d_few = _d(res, mo, ctl, "eval/balanced_acc", dev), _d(res, mo, ctl, "eval/acc_few", dev)
+        bad = {a: sum(res.metric(a, s, "train/finite") == 0.0 for s in dev) for a in (ctl, mo)}
+        if d_all is not None and d_few is not None and d_all >= 1 and d_few >= 3 and not any(bad.values()):
+            meets.append(label)  # the P1 / P2 bars
+
+        rc, rm = _m(res, ctl, "train/lowrank_rel", dev), _m(res, mo, "train/lowrank_rel", dev)
+        if not any(bad.values()) and rc and rm:
+            shrink.append((rc / rm, name or "paper"))
+
+        def rel(a):
+            return f"diverged (NaN loss, {bad[a]} of {len(dev)} seeds)" if bad[a] else fmt(_m(res, a, "train/lowrank_rel", dev), 3)
+        rows.append([label, _pct(_m(res, ctl, "eval/balanced_acc", dev)), _pct(_m(res, mo, "eval/balanced_acc", dev)),
+                     _sg(d_all), _sg(d_few), rel(ctl), rel(mo), fmt(_m(res, mo, "eval/disc_ratio", dev), 2)])
+    return ["## Why the low-rank part vanishes: hypotheses on the development seeds " + ", ".join(map(str, dev)) +
+            " (CE; not gated)", "",
+            "Issue 44 item 4. Each row changes the low-rank part the same way in the alpha = 0 control and in MORE "
+            "(arms `hyp-<name>-control` / `hyp-<name>-more`), so the margins are MORE minus its own control. "
+            "`||BA|| / ||W_g||` is the summed Frobenius norm of the low-rank deltas over that of the general weights "
+            "at the end of training (`train/lowrank_rel`). The weight of the discrepancy term is the amplitude "
+            "experiment above (a = 0.5 / 2 / 8).", "",
+            *md_table(["hypothesis", "control All %", "MORE All %", "All: MORE - control", "Few: MORE - control",
+                       "||BA||/||W_g|| control", "||BA||/||W_g|| MORE", "disc ratio"], rows),
+            *([f"In every row that trained without diverging ({', '.join(n for _, n in shrink)}), MORE's low-rank "
+               f"part ends {min(r for r, _ in shrink):.0f}-{max(r for r, _ in shrink):.0f}x smaller than its own "
+               "control's: the discrepancy term itself shrinks B A, under each of these changes to A and B's "
+               "training.", ""] if shrink else []),
+            "Rows whose dev-seed margins meet both CE bars (All >= +1, Few >= +3, P1 / P2): "
+            + ("; ".join(meets) if meets else "none") + ". A row that meets them is a candidate recipe for the "
+            "reported seeds (the calibration rule: chosen here, then run once on seeds 0-4); none is adopted by this "
+            "table alone.", "", *_hyp_reported(res)]
+
+
+def _hyp_reported(res) -> list[str]:
+    seeds = res.reported_seeds
+    rows = []
+    for name in HYP_REPORTED:
+        ctl, mo = hyp_arm(name, "control"), hyp_arm(name, "more")
+        got = [s for s in seeds if res.final(ctl, s) and res.final(mo, s)]
+        if not got:
+            continue
+        rows.append([HYPOTHESES[name][0], ", ".join(map(str, got)),
+                     " / ".join(_sg(_d(res, mo, ctl, "eval/balanced_acc", [s])) for s in got),
+                     _sg(_d(res, mo, ctl, "eval/balanced_acc", got)), _sg(_d(res, mo, ctl, "eval/acc_few", got)),
+                     fmt(_m(res, mo, "train/lowrank_rel", got), 3)])
+    if not rows:
+        return []
+    return ["The same rows on the reported seeds, run once after the development seeds (not the claims' recipe; "
+            "the claims above stay on the spec's one optimiser):", "",
+            *md_table(["hypothesis", "seeds", "All: MORE - control per seed", "All (mean; P1 bar +1)",
+                       "Few (mean; P2 bar +3)", "||BA||/||W_g|| MORE"], rows)]
 
 
 def fmnist_section(res) -> list[str]:

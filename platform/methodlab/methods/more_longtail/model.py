@@ -16,12 +16,14 @@ from torch import nn
 class _LowRank(nn.Module):
     """Shared parts of the wrapped layers: A [r, fan_in] Kaiming-uniform, B [out, r] zeros, a `use_tail` flag."""
 
-    def _init_lowrank(self, out_f: int, fan_in: int, rank: int, a_init: str = "kaiming"):
+    def _init_lowrank(self, out_f: int, fan_in: int, rank: int, a_init: str = "kaiming", b_init_std: float = 0.0):
         self.rank = rank
         dev = self.weight.device  # beside W_g (the run's device)
         self.A = nn.Parameter(torch.empty(rank, fan_in, device=dev))
         self.B = nn.Parameter(torch.zeros(out_f, rank, device=dev))
         nn.init.kaiming_uniform_(self.A, a=math.sqrt(5) if a_init == "kaiming_sqrt5" else 0.0)
+        if b_init_std > 0:  # a hypothesis arm only: the paper's B = 0 makes step-0 full == general
+            nn.init.normal_(self.B, std=b_init_std)
         self.use_tail = True
 
     def delta(self) -> torch.Tensor:
@@ -32,12 +34,12 @@ class _LowRank(nn.Module):
 
 
 class LowRankLinear(_LowRank):
-    def __init__(self, base: nn.Linear, rank: int, a_init: str = "kaiming"):
+    def __init__(self, base: nn.Linear, rank: int, a_init: str = "kaiming", b_init_std: float = 0.0):
         super().__init__()
         self.in_features, self.out_features = base.in_features, base.out_features
         self.weight = nn.Parameter(base.weight.detach().clone())
         self.bias = None if base.bias is None else nn.Parameter(base.bias.detach().clone())
-        self._init_lowrank(base.out_features, base.in_features, rank, a_init)
+        self._init_lowrank(base.out_features, base.in_features, rank, a_init, b_init_std)
 
     def forward(self, x):
         return F.linear(x, self.effective_weight(), self.bias)
@@ -52,14 +54,14 @@ class LowRankLinear(_LowRank):
 
 
 class LowRankConv2d(_LowRank):
-    def __init__(self, base: nn.Conv2d, rank: int, a_init: str = "kaiming"):
+    def __init__(self, base: nn.Conv2d, rank: int, a_init: str = "kaiming", b_init_std: float = 0.0):
         super().__init__()
         self.conv_args = dict(in_channels=base.in_channels, out_channels=base.out_channels, kernel_size=base.kernel_size,
                               stride=base.stride, padding=base.padding, dilation=base.dilation, groups=base.groups)
         self.weight = nn.Parameter(base.weight.detach().clone())
         self.bias = None if base.bias is None else nn.Parameter(base.bias.detach().clone())
         fan_in = self.weight[0].numel()
-        self._init_lowrank(base.out_channels, fan_in, rank, a_init)
+        self._init_lowrank(base.out_channels, fan_in, rank, a_init, b_init_std)
 
     def forward(self, x):
         a = self.conv_args
@@ -95,16 +97,18 @@ def _targets(net: nn.Module, which: str) -> list[str]:
 
 
 def wrap_lowrank(net: nn.Module, rank: int | None = 8, ratio: float | None = None, which: str = "all",
-                 a_init: str = "kaiming") -> nn.Module:
+                 a_init: str = "kaiming", b_init_std: float = 0.0) -> nn.Module:
     """Replace the selected Linear / Conv2d modules of `net` (in place) by their W_g + B A versions."""
     for name in dict.fromkeys(_targets(net, which)):
         parent, _, leaf = name.rpartition(".")
         holder = net.get_submodule(parent) if parent else net
         base = getattr(holder, leaf)
         if isinstance(base, nn.Linear):
-            new = LowRankLinear(base, layer_rank(base.out_features, base.in_features, rank, ratio), a_init)
+            new = LowRankLinear(base, layer_rank(base.out_features, base.in_features, rank, ratio), a_init,
+                                b_init_std)
         else:
-            new = LowRankConv2d(base, layer_rank(base.out_channels, base.weight[0].numel(), rank, ratio), a_init)
+            new = LowRankConv2d(base, layer_rank(base.out_channels, base.weight[0].numel(), rank, ratio), a_init,
+                                b_init_std)
         setattr(holder, leaf, new)
     return net
 

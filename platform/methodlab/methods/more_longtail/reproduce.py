@@ -3,8 +3,9 @@
 digits-LT IF 100 (jobs/more_longtail/digits_lt.yaml): CE / LA / BS, each plain, low-rank alpha = 0 control and
 MORE = 9 arms, development seeds 10-12 then reported seeds 0-4, every run the method's own `fit` (its final report
 row carries every figure: accuracies by group, the Few/Many discrepancy ratio, the step-0 and merge checks).
-Side arms (diagnostics.py): the logit-effect trace (dev seed 10), the amplitude / schedule experiment (dev seeds;
-not under --quick), and under `--full` the issue-27 recipe screen and the spec's Fashion-MNIST-LT report row."""
+Side arms (diagnostics.py): the logit-effect trace (dev seed 10), the amplitude / schedule experiment and the
+issue-44 hypotheses on why B A vanishes (dev seeds; not under --quick), and under `--full` the issue-27 recipe
+screen and the spec's Fashion-MNIST-LT report row."""
 
 from __future__ import annotations
 
@@ -41,12 +42,15 @@ def _arms() -> tuple[Arm, ...]:
                   for r, (_, over) in dg.TRACE.items() for k in ("control", "more"))
     abl = tuple(Arm(f"abl-{a}", JOB, ("base_loss=ce", *kind("more"), *over, *QUIET), seeds="dev", skip_quick=True,
                     label=f"CE + MORE, {lab}") for a, (lab, over) in dg.ABLATION.items())
+    hyp = tuple(Arm(dg.hyp_arm(n, k), JOB, ("base_loss=ce", *kind(k), *over, *QUIET), skip_quick=True,
+                    seeds="both" if n in dg.HYP_REPORTED else "dev", label=f"CE {k}, {lab}")
+                for n, (lab, over) in dg.HYPOTHESES.items() for k in ("control", "more"))
     screen = tuple(Arm(dg.screen_arm(n, loss, k), JOB, (f"base_loss={loss}", *kind(k), *over, *QUIET), seeds="dev",
                        full_only=True) for n, (_, over, ks) in dg.RECIPES.items() if n != "current"
                    for loss in dg.SCREEN_LOSSES for k in ks)
     fm = tuple(Arm(f"fm-ce-{k}", FMNIST, ("base_loss=ce", *kind(k), *QUIET), seeds=(0, 1, 2), full_only=True)
                for k in ("control", "more"))
-    return main + trace + abl + screen + fm
+    return main + trace + abl + hyp + screen + fm
 
 
 def _max(r, s, key: str) -> float | None:
@@ -196,7 +200,8 @@ def sections(res) -> str:
     if dev:
         out += ["## Arms on the development seeds " + ", ".join(map(str, dev)) + " (run first; not gated)", "",
                 *md_table(ARM_HEAD, _arm_rows(res, dev))]
-    out += [*_why(res, seeds), *dg.trace_section(res), *dg.ablation_section(res), *dg.screen_section(res),
+    out += [*_why(res, seeds), *dg.trace_section(res), *dg.ablation_section(res), *dg.hypothesis_section(res),
+            *dg.screen_section(res),
             *dg.fmnist_section(res),
             "Logit adjustment with tau = 1 and balanced softmax are the same loss (softmax over n_j exp(z_j) is the "
             "softmax of z + log pi, the constant log N cancels), so with the same seeds their rows coincide run for "

@@ -37,7 +37,7 @@ def build_net(cfg: Config, image_shape: tuple[int, ...], n_classes: int, merged:
     """The backbone (+ low-rank split unless plain or already merged) behind a Standardize layer."""
     bb = build_backbone(cfg.backbone, image_shape, n_classes, list(cfg.hidden), cfg.dropout, cfg.depth, cfg.width)
     if cfg.more.enabled and not merged:
-        wrap_lowrank(bb, cfg.more.rank, cfg.more.rank_ratio, cfg.more.layers, cfg.more.a_init)
+        wrap_lowrank(bb, cfg.more.rank, cfg.more.rank_ratio, cfg.more.layers, cfg.more.a_init, cfg.more.b_init_std)
     shape = (3, 1, 1) if len(image_shape) == 3 else (1,)
     dev = next(bb.parameters()).device  # where the backbone was built (ctx.init_module() in a run)
     return TwoPathNet(bb, Standardize(torch.zeros(shape, device=dev), torch.ones(shape, device=dev)))
@@ -102,6 +102,26 @@ def _lr_factor(cfg: Config, epoch: int) -> float:
     return f
 
 
+def low_rank_params(net: TwoPathNet) -> list[torch.nn.Parameter]:
+    return [p for m in lowrank_modules(net) for p in (m.A, m.B)]
+
+
+def build_optimizer(cfg: Config, model: torch.nn.Module, net: TwoPathNet) -> torch.optim.SGD:
+    """One SGD over every parameter (the paper's reading); A and B in their own group only when an item-4
+    hypothesis gives them another learning rate or weight decay (one group otherwise, so checkpoints of the
+    default recipe keep their optimiser layout)."""
+    mc = cfg.more
+    tail = low_rank_params(net)
+    wd_tail = cfg.weight_decay if mc.lowrank_weight_decay is None else mc.lowrank_weight_decay
+    if not tail or (mc.lowrank_lr_mult == 1.0 and wd_tail == cfg.weight_decay):
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    ids = {id(p) for p in tail}
+    rest = [p for p in model.parameters() if id(p) not in ids]
+    return torch.optim.SGD([{"params": rest, "lr_mult": 1.0},
+                            {"params": tail, "lr_mult": mc.lowrank_lr_mult, "weight_decay": wd_tail}],
+                           lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
 def fit(cfg: Config, ctx: RunContext) -> dict:
     ctx.limit_threads(cfg.torch_threads)
     seed_everything(cfg.seed)
@@ -117,7 +137,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     prior = data.prior  # the whole training split's prior, before any sharding (on the run's device)
     model = ctx.prepare_model(net)
     net = ctx.unwrap(model)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt = build_optimizer(cfg, model, net)
+    tail_params = low_rank_params(net)
+    tail_from = math.ceil(cfg.more.tail_start * cfg.epochs)  # first epoch A and B train
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 1)  # the DataLoader's host-side shuffle
     aug_gen = torch.Generator(device=dev).manual_seed(cfg.seed + 2)  # augmentation draws leave the global RNG (init,
     # dropout) alone; on the device they feed
@@ -161,7 +183,7 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
     last: dict = {}
     while epoch < cfg.epochs:
         for g in opt.param_groups:
-            g["lr"] = cfg.lr * _lr_factor(cfg, epoch)
+            g["lr"] = cfg.lr * g.get("lr_mult", 1.0) * _lr_factor(cfg, epoch)
         model.train()
         # summed on the device in float64 (as the Python float sums they replace); read once per report
         sums = {"task": torch.zeros((), dtype=torch.float64, device=dev),
@@ -200,6 +222,9 @@ def fit(cfg: Config, ctx: RunContext) -> dict:
                     loss, l_task, l_more = loss * share, l_task * share, l_more * share
             opt.zero_grad(set_to_none=True)
             ctx.backward(loss)
+            if epoch < tail_from:  # the tail switches on later: no gradient, momentum or weight decay reaches A, B
+                for p_ in tail_params:
+                    p_.grad = None
             ctx.optimizer_step(opt)
             step += 1
             sums["task"] += l_task.detach().double()

@@ -61,11 +61,13 @@ def _arms() -> tuple[Arm, ...]:
 
 
 def bounding(seed: int, inputs: dict, mode: str) -> dict:
-    """diagnostics.run_seed on arm A-random_cpt-mvb's config (full preset); its path SHD is that arm's."""
+    """diagnostics.run_seed on arm A-random_cpt-mvb's config in this mode (the preset, or under --full the spec's
+    schedule); its path SHD is that arm's."""
     from methodlab.methods.discrete_structure.diagnostics import run_seed
     from methodlab.specs.files import load_job
 
-    cfg = load_job(BENCH, overrides=[*a_overrides("random_cpt", "mvb"), f"seed={seed}"]).config
+    mode_over = FULL if mode == "full" else QUICK if mode == "quick" else ()
+    cfg = load_job(BENCH, overrides=[*a_overrides("random_cpt", "mvb"), *mode_over, f"seed={seed}"]).config
     return {**run_seed(cfg), "arm_shd": inputs["A-random_cpt-mvb"].get(SHD)}
 
 

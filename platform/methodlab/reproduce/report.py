@@ -132,7 +132,8 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
                     out_dir: Path | None = None) -> str:
     res = Results(data, study)
     lines = [f"# {study.title or study.slug}: reproduction", ""]
-    lines.append(f"Rendered by `methodlab reproduce {study.slug}` from the run store (every figure below is in "
+    flag = {"quick": " --quick", "full": " --full"}.get(res.mode, "")
+    lines.append(f"Rendered by `methodlab reproduce {study.slug}{flag}` from the run store (every figure below is in "
                  f"`{study.slug}.json`; `--render-only` redraws this file from it).")
     if res.quick:
         lines.append("")

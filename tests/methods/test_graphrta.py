@@ -494,3 +494,18 @@ def test_study_claims_read_the_runs_and_render_from_data_alone(tmp_path):
     md = render(st, data, tmp_path).read_text()
     assert "## csbm:" in md and "## wordnet:" in md and "## wordnet_dense" not in md
     assert render_from_json(st, tmp_path).read_text() == md
+
+
+def test_full_reproduction_runs_wordnet_adaptation_at_the_specs_200_epochs():
+    """Issue 44 item 5: `--full` puts WordNet's adapting arms at the spec's 200 epochs; the source-only arms (which do
+    not adapt) and the default mode keep the job file's recipe, so their stored runs are reused."""
+    from methodlab.methods.graphrta.reproduce import study
+    from methodlab.reproduce.harness import load_arm
+
+    st = study()
+    cfg = lambda arm, mode: load_arm(st.arm(arm), 0, mode)[0].config  # noqa: E731
+    assert cfg("wordnet-graphrta", "full").adapt_epochs == 200
+    assert cfg("wordnet-no_model_rp", "full").adapt_epochs == 200
+    assert cfg("wordnet-graphrta", "default").adapt_epochs == 60
+    assert cfg("wordnet-source_only", "full") == cfg("wordnet-source_only", "default")
+    assert cfg("csbm-graphrta", "full") == cfg("csbm-graphrta", "default")

@@ -138,8 +138,10 @@ def sections(res) -> str:
             "chosen on CSBM development seeds 10-12 before this harness (the recipe table above lists every spec key "
             "the job files change).",
             "- WordNet runs lambda_x = 0.1 (spec default 1e-3, range 0..0.1; its L1-normalised bag-of-words rows have an "
-            "L2 norm of about 0.3, CSBM rows about 8) and 60 adaptation epochs (spec 200): the job file's calibrated "
-            "values.",
+            "L2 norm of about 0.3, CSBM rows about 8): the job file's calibrated value. Adaptation: "
+            f"{res.config('wordnet-graphrta').get('adapt_epochs')} epochs on WordNet in this report (the job file "
+            "adapts 60, the spec 200; `--full` runs 200; the source-only arms do not adapt, their adapt_epochs is "
+            "unused).",
             "- The investigation of the WordNet shortfall (issue 22, item 7: feature views, the unknown share, the "
             "BMM-driven drift) was measured by ad-hoc development runs before this harness; its figures are in "
             "[legacy/graphrta.md](legacy/graphrta.md) and were not rerun here.",

@@ -193,3 +193,89 @@ def test_modes_pick_their_arms_and_a_quick_look_renders_beside_its_store(toy_pkg
     assert Path("reports/index.md").exists()  # the scoreboard beside the reports it reads
     with pytest.raises(ConfigError, match="--quick and --full"):
         reproduce(s, use_ray=False, quick=True, full=True)
+
+
+def test_the_runs_table_states_how_many_runs_overlapped():
+    from methodlab.reproduce.report import max_concurrent
+
+    def run(a, b):
+        return {"started": f"2026-12-06T14:{a:02d}:00Z", "ended": f"2026-12-06T14:{b:02d}:00Z"}
+    # 0-10 and 5-15 overlap; 15-20 starts as the second ends (not counted as overlapping)
+    data = {"runs": {"x": {"0": run(0, 10), "1": run(5, 15)}, "y": {"0": run(15, 20)}}}
+    assert max_concurrent(data) == 2
+    data["runs"]["y"]["1"] = run(6, 8)
+    assert max_concurrent(data) == 3
+    assert max_concurrent({"runs": {}}) == 0
+
+
+DIAG = '''
+SCALE = 4  # a module constant the task reads
+
+
+def oracle(seed, inputs, mode):
+    return {"loss": _quarter(inputs["base"]["loss"])}
+
+
+def _quarter(x):
+    return x / SCALE
+
+
+def section(res):
+    return "report text, version 1"
+'''
+
+
+def _fresh_toy():
+    """A new process's view of the toy package (each `methodlab reproduce` is one): drop the imported modules."""
+    import importlib
+    import sys
+
+    for m in [m for m in sys.modules if m.startswith("toypkg")]:
+        del sys.modules[m]
+    importlib.invalidate_caches()
+    store.code_hash.cache_clear()
+
+
+def test_a_task_is_keyed_by_the_code_it_runs_not_the_report_text_beside_it(toy_pkg, tmp_path):
+    diag = toy_pkg / "diagnostics.py"
+    diag.write_text(DIAG)
+    st = Study(slug="toy", arms=(Arm("base", toy.job(steps=2, rate=0.5)),),
+               tasks=(Task("oracle", "toypkg.diagnostics:oracle", needs=("base",)),), claims=())
+    out, root = tmp_path / "reports", tmp_path / "store"
+
+    def run() -> list[str]:
+        _fresh_toy()
+        logs: list[str] = []
+        reproduce(st, out_dir=out, storage=root, use_ray=False, seeds="0", log=logs.append)
+        return [m for m in logs if m.startswith("task oracle")]
+
+    assert len(run()) == 1
+    assert run() == []  # nothing changed: reused
+    diag.write_text(DIAG.replace("version 1", "version 2, a longer sentence"))  # report text only
+    assert run() == []
+    diag.write_text(diag.read_text().replace("return x / SCALE", "return x / SCALE / 2"))  # a function it calls
+    assert len(run()) == 1
+    diag.write_text(diag.read_text().replace("SCALE = 4", "SCALE = 8"))  # a constant it reads
+    assert len(run()) == 1
+    value = json.loads((out / "toy.json").read_text())["data"]["tasks"]["oracle"]["0"]["loss"]
+    base = json.loads((out / "toy.json").read_text())["data"]["runs"]["base"]["0"]["final"]["loss"]
+    assert value == pytest.approx(base / 16)
+
+
+def test_a_result_under_the_first_harness_key_for_the_same_code_is_adopted(toy_pkg, tmp_path):
+    from methodlab.reproduce import harness
+
+    (toy_pkg / "diagnostics.py").write_text(DIAG)
+    _fresh_toy()
+    t = Task("oracle", "toypkg.diagnostics:oracle")
+    st = Study(slug="toy", arms=(), tasks=(t,), claims=())
+    tasks = tmp_path / "tasks"
+    old = tasks / f"{store.legacy_task_key('toy', 'oracle', 0, '1', {})}.json"
+    store.write_json_atomic(old, {"task": "oracle", "seed": 0, "value": {"loss": 123.0}, "wall_s": 1.0})
+    path = harness.task_path(st, t, 0, {}, "default", tasks)
+    assert path != old and json.loads(path.read_text())["value"] == {"loss": 123.0}
+    assert old.exists()  # copied: a driver of the older code may still read it
+    (toy_pkg / "diagnostics.py").write_text(DIAG.replace("SCALE = 4", "SCALE = 5"))
+    _fresh_toy()
+    # other code: the first-harness key differs too, so nothing is adopted and the task is pending
+    assert not harness.task_path(st, t, 0, {}, "default", tasks).exists()

@@ -252,6 +252,18 @@ def _local(wave, workers, log, t_end) -> list[dict]:
     return out
 
 
+def task_path(study: Study, t, seed: int, inputs: dict, mode: str, tasks_root: Path) -> Path:
+    """A task's result file under its key (store.task_key: the task function's code closure, not the report text
+    around it). A result stored under the first harness's key for the same code was computed by exactly this
+    code: it is copied to the new key (copied, not moved: a driver of the older code may still read it)."""
+    path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs, mode, fn=t.fn)}.json"
+    if not path.exists():
+        old = tasks_root / f"{store.legacy_task_key(study.slug, t.id, seed, t.version, inputs, mode)}.json"
+        if old.exists():
+            store.write_json_atomic(path, json.loads(old.read_text()))
+    return path
+
+
 def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mode: str,
               log: Callable[[str], None] = print) -> None:
     """Tasks in this process, cached as JSON by (id, seed, version, inputs, code)."""
@@ -264,7 +276,7 @@ def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mo
             inputs = {a: _final_of(study, a, seed, mode, runs_root) for a in t.needs}
             if any(v is None for v in inputs.values()):
                 continue  # its arms have not run: the task (and the claims on it) stay NOT RUN
-            path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs, mode)}.json"
+            path = task_path(study, t, seed, inputs, mode, tasks_root)
             if path.exists():
                 continue
             t0 = time.time()
@@ -343,7 +355,7 @@ def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str) -> di
             inputs = {a: _final_of(study, a, seed, mode, runs_root) for a in t.needs}
             if any(v is None for v in inputs.values()):
                 continue
-            path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs, mode)}.json"
+            path = task_path(study, t, seed, inputs, mode, tasks_root)
             if path.exists():
                 tasks.setdefault(t.id, {})[str(seed)] = json.loads(path.read_text())["value"]
     return {"slug": study.slug, "quick": mode == "quick", "mode": mode, "runs": runs, "tasks": tasks,

@@ -189,7 +189,8 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
                   f"{'yes' if r['dev_first'] else 'no' if r['dev_first'] is False else '—'} |" for r in order]
     walls = [r["wall_s"] for a in data["runs"].values() for r in a.values()]
     lines += ["", "## Runs", "", f"{len(walls)} runs, {sum(walls) / 60:.1f} min of run time summed (wall time and peak "
-              "memory of each run from its record; runs share the machine, two at a time on 2 cores).", "",
+              f"memory of each run from its record; at most {max_concurrent(data)} of this study's runs overlapped, "
+              "and other work may have shared the machine: compare wall times within one table only).", "",
               "| arm | seed | wall s | peak MB | node | key |", "|---|---|---|---|---|---|"]
     for arm in study.arms:
         for s in res.seeds(arm.id):
@@ -201,6 +202,17 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
     for p in plots:
         lines += ["", f"![{p}]({p})"]
     return "\n".join(lines) + "\n"
+
+
+def max_concurrent(data: dict) -> int:
+    """The most of this study's runs whose [started, ended] intervals overlap (from their records)."""
+    events = sorted((t, d) for a in data["runs"].values() for r in a.values()
+                    for t, d in ((r["started"], 1), (r["ended"], -1)))  # an end sorts before a start at the same time
+    now = most = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
 
 
 def render(study: Study, data: dict, out_dir: Path) -> Path:

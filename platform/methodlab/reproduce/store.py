@@ -10,12 +10,14 @@ import ast
 import hashlib
 import json
 import os
+import re
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 RECORD = "record.json"
+CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")
 PLATFORM = Path(__file__).resolve().parents[1]  # platform/methodlab
 
 
@@ -70,7 +72,123 @@ def run_key(loaded, arm_id: str) -> str:
     return f"{arm_id}-{h.hexdigest()[:16]}"
 
 
-def task_key(slug: str, task_id: str, seed: int, version: str, inputs: dict, mode: str = "default") -> str:
+def _plain(v: Any, depth: int = 0) -> str | None:
+    """A stable text of plain data (numbers, strings, containers of them); None for anything else."""
+    if depth > 6:
+        return None
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return repr(v)
+    if isinstance(v, (tuple, list)):
+        items = [_plain(x, depth + 1) for x in v]
+        return None if None in items else f"{type(v).__name__}[{', '.join(items)}]"
+    if isinstance(v, (set, frozenset)):
+        items = [_plain(x, depth + 1) for x in v]
+        return None if None in items else f"set[{', '.join(sorted(items))}]"
+    if isinstance(v, dict):
+        items = [(_plain(k, depth + 1), _plain(x, depth + 1)) for k, x in v.items()]
+        return None if any(None in kv for kv in items) else "{" + ", ".join(f"{k}: {x}" for k, x in sorted(items)) + "}"
+    return None
+
+
+def _names(code) -> set[str]:
+    """The global and attribute names a code object (and the functions nested in it) uses."""
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            out |= _names(c)
+    return out
+
+
+def function_hash(fn: Any, package: str) -> str:
+    """sha256 over the source of a task's function and, transitively, of every function and class of `package` it
+    names and every plain-data constant of that package's modules it reads. The report text that shares a module
+    with a task (a method's reproduce.py / diagnostics.py) is then not part of the task's key, while any code the
+    task runs is. Names are matched generously (a name found in any module the function reaches): a false match only
+    costs a rerun."""
+    import functools
+    import importlib
+    import inspect
+    import sys
+    import types
+
+    if isinstance(fn, str):
+        module, _, name = fn.partition(":")
+        fn = getattr(importlib.import_module(module), name)
+    under = lambda mod: mod == package or mod.startswith(package + ".")  # noqa: E731
+    parts, seen, stack = [], set(), [fn]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, functools.partial):
+            parts.append(f"partial {_plain(list(obj.args))} {_plain(dict(obj.keywords))}")
+            stack.append(obj.func)
+            continue
+        ident = (getattr(obj, "__module__", None), getattr(obj, "__qualname__", repr(obj)))
+        if ident in seen:
+            continue
+        seen.add(ident)
+        try:
+            parts.append(f"{ident}\n{inspect.getsource(obj)}")
+        except (OSError, TypeError):
+            parts.append(repr(ident))
+            continue
+        codes = [obj.__code__] if hasattr(obj, "__code__") else \
+            [f.__code__ for f in vars(obj).values() if hasattr(f, "__code__")] if isinstance(obj, type) else []
+        names = set().union(*(_names(c) for c in codes)) if codes else set()
+        home = sys.modules.get(ident[0] or "")
+        modules = [home] if home is not None else []
+        modules += [importlib.import_module(n) for n in sorted(names) if under(n)]  # `from <pkg module> import f`
+        i = 0
+        while i < len(modules):
+            mod = modules[i]
+            i += 1
+            for n in sorted(names):
+                if not hasattr(mod, n):
+                    continue
+                v = getattr(mod, n)
+                v = inspect.unwrap(v) if callable(v) and hasattr(v, "__wrapped__") else v  # lru_cache, wraps
+                if isinstance(v, types.ModuleType):
+                    if under(v.__name__) and v not in modules:
+                        modules.append(v)
+                elif isinstance(v, (types.FunctionType, type)):
+                    if under(getattr(v, "__module__", "") or ""):
+                        stack.append(v)
+                elif CONSTANT.match(n) and (data := _plain(v)) is not None:
+                    # module constants by convention (UPPER_CASE): a lower-case global may be a cache that
+                    # changes as the process runs, which would make the key unstable
+                    parts.append(f"{mod.__name__}.{n} = {data}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def task_key(slug: str, task_id: str, seed: int, version: str, inputs: dict, mode: str = "default",
+             fn: Any = None) -> str:
+    """16 hex digits of sha256(id, seed, version, inputs, mode + the method's code without its report modules + the
+    task function's own code closure, `function_hash`). Without `fn`: the key of the first harness, which hashed the
+    report modules whole (`legacy_task_key`)."""
+    if fn is None:
+        return legacy_task_key(slug, task_id, seed, version, inputs, mode)
+    key = {"task": task_id, "seed": seed, "version": version, "inputs": inputs, "keyed": "function"}
+    if mode != "default":
+        key["mode"] = mode
+    h = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode())
+    pkg = method_dir(slug)
+    h.update(code_hash(str(pkg)).encode())
+    h.update(function_hash(fn, _package_name(pkg)).encode())
+    return f"{task_id}-s{seed}-{h.hexdigest()[:16]}"
+
+
+def _package_name(pkg: Path) -> str:
+    """methodlab.methods.<slug> (or a test package's name) from its folder."""
+    parts = [pkg.name]
+    p = pkg.parent
+    while (p / "__init__.py").exists():
+        parts.insert(0, p.name)
+        p = p.parent
+    return ".".join(parts)
+
+
+def legacy_task_key(slug: str, task_id: str, seed: int, version: str, inputs: dict, mode: str = "default") -> str:
+    """The key tasks had before `function_hash`: the whole method package, report modules included. A result
+    stored under it for the CURRENT code is still valid, so the harness adopts it under the new key."""
     key = {"task": task_id, "seed": seed, "version": version, "inputs": inputs}
     if mode != "default":  # (default keys as before: finished tasks stay valid)
         key["mode"] = mode

@@ -39,9 +39,9 @@ class Arm:
 @dataclass(frozen=True)
 class Task:
     """A computation that is not a fit (a baseline, a closed form, a probe, an oracle): `fn(seed, inputs, mode)`
-    returns a JSON-able dict, cached by (id, seed, version, mode, inputs, code hash). `inputs`: {arm id: that arm's
-    final metrics for this seed} for the arms in `needs`; `mode`: "quick", "default" or "full" (a task sizes itself
-    to it the way an arm's quick / full overrides do). `skip_quick`: not run under --quick; `full_only`: only under
+    returns a JSON-able dict, cached by (id, seed, version, mode, inputs, code: store.task_key). `inputs`: {arm id:
+    that arm's final metrics for this seed} for the arms in `needs`; `mode`: "quick", "default" or "full" (a task
+    sizes itself to it the way an arm's quick / full overrides do). `skip_quick`: not run under --quick; `full_only`: only under
     --full (a long side study)."""
 
     id: str

@@ -68,6 +68,14 @@ def _arms() -> tuple[Arm, ...]:
             Arm("ugodit-sr-rel1", f"{J}/reconstruct_sr.yaml", ("lam=0.1", "freeze_encoder=false"), **dev,
                 needs=(("train-sr-lam1", "encoder_from"),), label="UGoDIT, sr, official first release (train lambda 1, "
                 "test lambda 0.1, encoder fitted at test)")]
+    # issue 44 item 9: the encoder budget settled on the development seeds (diagnostics.budget_section states the
+    # rule); dev seeds through the claim path, then the reported seeds once
+    both = dict(seeds="both", skip_quick=True)
+    out += [Arm(f"train-sr-e{dg.SETTLED}", f"{J}/train_sr.yaml", ("val_iterations=0", f"train_iterations={dg.SETTLED}"),
+                **both, label=f"encoder training, sr, {dg.SETTLED} iterations (budget settled on the development seeds)"),
+            Arm(f"ugodit-sr-e{dg.SETTLED}", f"{J}/reconstruct_sr.yaml", (), **both,
+                needs=((f"train-sr-e{dg.SETTLED}", "encoder_from"),),
+                label=f"UGoDIT, sr, {dg.SETTLED}-iteration encoder")]
     return tuple(out)
 
 
@@ -179,6 +187,7 @@ def sections(res) -> str:
                 "holds the reconstruction near the bilinear input within a 400-step budget; vanilla DIP (lambda 0, "
                 "fixed input) is the arm to compare with the bilinear baseline.", ""]
     out += dg.item9_section(res)
+    out += dg.budget_section(res)
     for t in ("mri", "sr"):
         out += dg.section(res, t)
     out += ["## Report-only rows (seed 0, no bar)", ""]

@@ -279,3 +279,19 @@ def test_a_result_under_the_first_harness_key_for_the_same_code_is_adopted(toy_p
     _fresh_toy()
     # other code: the first-harness key differs too, so nothing is adopted and the task is pending
     assert not harness.task_path(st, t, 0, {}, "default", tasks).exists()
+
+
+def test_a_task_key_does_not_depend_on_what_the_process_imported_before(toy_pkg):
+    import importlib
+
+    (toy_pkg / "helpers.py").write_text("def quarter(x):\n    return x / 4\n")
+    (toy_pkg / "lazy.py").write_text("def oracle(seed, inputs, mode):\n    from toypkg import helpers\n"
+                                     "    return {'loss': helpers.quarter(inputs['base']['loss'])}\n")
+    _fresh_toy()
+    fn = "toypkg.lazy:oracle"
+    cold = store.function_hash(fn, "toypkg")  # toypkg.helpers not imported yet (as before the task first runs)
+    importlib.import_module("toypkg.helpers")
+    assert store.function_hash(fn, "toypkg") == cold
+    (toy_pkg / "helpers.py").write_text("def quarter(x):\n    return x / 5\n")
+    _fresh_toy()
+    assert store.function_hash(fn, "toypkg") != cold  # the helper it reaches is part of its key

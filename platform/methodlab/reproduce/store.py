@@ -107,6 +107,7 @@ def function_hash(fn: Any, package: str) -> str:
     costs a rerun."""
     import functools
     import importlib
+    import importlib.util
     import inspect
     import sys
     import types
@@ -142,6 +143,10 @@ def function_hash(fn: Any, package: str) -> str:
             mod = modules[i]
             i += 1
             for n in sorted(names):
+                if not hasattr(mod, n) and hasattr(mod, "__path__") and n.isidentifier():
+                    # a submodule not imported yet: import it, so the key does not depend on what ran before
+                    if importlib.util.find_spec(f"{mod.__name__}.{n}") is not None:
+                        importlib.import_module(f"{mod.__name__}.{n}")
                 if not hasattr(mod, n):
                     continue
                 v = getattr(mod, n)

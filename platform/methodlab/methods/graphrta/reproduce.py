@@ -36,7 +36,8 @@ def _arms() -> tuple[Arm, ...]:
     for the default run)."""
     return tuple(Arm(f"{name}-{m}", job, (f"config.method={m}", *extra), quick=quick, seeds=seeds,
                      skip_quick=name == "wordnet_dense" or (name == "wordnet" and m not in ("graphrta", "source_only")),
-                     full=FULL_WORDNET if name == "wordnet" and m in ADAPTS else (), label=f"{LABEL[m]}, {name}")
+                     full=FULL_WORDNET if name == "wordnet" and m in ADAPTS else (), label=f"{LABEL[m]}, {name}",
+                     spec=None if m in ADAPTS else SOURCE_SPEC)
                  for name, (job, extra, methods, seeds, quick) in SETTINGS.items() for m in methods)
 
 
@@ -77,6 +78,9 @@ CLAIMS = (
 SPEC_RECIPE = {"prune_ratio": 0.2, "edge_budget": 0.05, "lambda_x": 1e-3, "lr": 1e-2, "weight_decay": 5e-4,
                "hidden": 128, "layers": 2, "dropout": 0.1, "lr_feat": 1e-3, "lr_adj": 1e-2, "adapt_epochs": 200,
                "pretrain_epochs": 1000, "patience": 100, "backbone": "gcn", "beta_ph": 1.0, "beta_mix": 1.0}
+# The arms that never adapt (train.py: n_adapt = 0 unless cfg.adapts) do not read the adaptation loop's epochs or its
+# perturbation weight, so the recipe table does not list them against those two fields.
+SOURCE_SPEC = {k: v for k, v in SPEC_RECIPE.items() if k not in ("adapt_epochs", "lambda_x")}
 
 
 def _p(v) -> str:

@@ -35,7 +35,7 @@ RESUME_CHECKS = ("resume/step", "resume/replay_size", "resume/replay_kept", "res
 
 def _arms() -> tuple[Arm, ...]:
     return (Arm("sql", J["offline"], quick=QOFF, label="Uni-RL SQL alpha 1, offline"),
-            Arm("bc", J["bc"], quick=QOFF, label="behaviour cloning, offline"),
+            Arm("bc", J["bc"], quick=QOFF, label="behaviour cloning, offline", spec=NO_ALPHA),
             Arm("online", J["online"], quick=QON, label="Uni-RL online (pi_ref periodic)"),
             Arm("online-ref_buffer", J["online"], ("ref_mode=buffer",), quick=QON,
                 label="ablation: Uni-RL online with ref_mode=buffer"),
@@ -44,7 +44,7 @@ def _arms() -> tuple[Arm, ...]:
             Arm("resume-second", J["online"], (*RESUME, "online_steps=3000"), quick=SMALL, seeds="reported",
                 needs=(("resume-first", "resume_from"),), label="resume check: 2,000 -> 3,000 from the first"),
             Arm("ivr_awr", J["ivr"], seeds=(0,), skip_quick=True, label=CONTEXT["ivr_awr"]),
-            Arm("sac", J["sac"], seeds=(0,), skip_quick=True, label=CONTEXT["sac"]),
+            Arm("sac", J["sac"], seeds=(0,), skip_quick=True, label=CONTEXT["sac"], spec=NO_ALPHA),
             Arm("sql-alpha0.1", J["offline"], ("alpha=0.1",), seeds=(0,), skip_quick=True, label=CONTEXT["sql-alpha0.1"]),
             Arm("sql-alpha3", J["offline"], ("alpha=3.0",), seeds=(0,), skip_quick=True, label=CONTEXT["sql-alpha3"]))
 
@@ -107,6 +107,8 @@ CLAIMS = (
 SPEC_RECIPE = {"hidden": [256, 256], "lr": 3e-4, "batch_size": 256, "gamma": 0.99, "tau": 0.005, "alpha": 1.0,
                "value_layernorm": True, "weight_clip": 100.0, "extractor": "closed_form", "normalize_weights": True,
                "ref_update_every": 1000, "eval_episodes": 10}
+# BC and SAC have no behaviour-regularisation weight (their configs carry alpha = None): not a recipe difference
+NO_ALPHA = {k: v for k, v in SPEC_RECIPE.items() if k != "alpha"}
 
 
 def _evals(r, arm, s) -> str:

@@ -256,7 +256,7 @@ def task_path(study: Study, t, seed: int, inputs: dict, mode: str, tasks_root: P
     """A task's result file under its key (store.task_key: the task function's code closure, not the report text
     around it). A result stored under the first harness's key for the same code was computed by exactly this
     code: it is copied to the new key (copied, not moved: a driver of the older code may still read it)."""
-    path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs, mode, fn=t.fn)}.json"
+    path = tasks_root / f"{store.task_key(study.slug, t.id, seed, t.version, inputs, mode, t.fn)}.json"
     if not path.exists():
         old = tasks_root / f"{store.legacy_task_key(study.slug, t.id, seed, t.version, inputs, mode)}.json"
         if old.exists():
@@ -266,7 +266,7 @@ def task_path(study: Study, t, seed: int, inputs: dict, mode: str, tasks_root: P
 
 def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mode: str,
               log: Callable[[str], None] = print) -> None:
-    """Tasks in this process, cached as JSON by (id, seed, version, inputs, code)."""
+    """Tasks in this process, cached as JSON under `task_path`."""
     from methodlab.core.device import set_threads
 
     for t in study.tasks:

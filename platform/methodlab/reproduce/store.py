@@ -164,13 +164,9 @@ def function_hash(fn: Any, package: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def task_key(slug: str, task_id: str, seed: int, version: str, inputs: dict, mode: str = "default",
-             fn: Any = None) -> str:
+def task_key(slug: str, task_id: str, seed: int, version: str, inputs: dict, mode: str, fn: Any) -> str:
     """16 hex digits of sha256(id, seed, version, inputs, mode + the method's code without its report modules + the
-    task function's own code closure, `function_hash`). Without `fn`: the key of the first harness, which hashed the
-    report modules whole (`legacy_task_key`)."""
-    if fn is None:
-        return legacy_task_key(slug, task_id, seed, version, inputs, mode)
+    task function's own code closure, `function_hash`)."""
     key = {"task": task_id, "seed": seed, "version": version, "inputs": inputs, "keyed": "function"}
     if mode != "default":
         key["mode"] = mode

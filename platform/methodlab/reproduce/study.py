@@ -41,8 +41,8 @@ class Task:
     """A computation that is not a fit (a baseline, a closed form, a probe, an oracle): `fn(seed, inputs, mode)`
     returns a JSON-able dict, cached by (id, seed, version, mode, inputs, code: store.task_key). `inputs`: {arm id:
     that arm's final metrics for this seed} for the arms in `needs`; `mode`: "quick", "default" or "full" (a task
-    sizes itself to it the way an arm's quick / full overrides do). `skip_quick`: not run under --quick; `full_only`: only under
-    --full (a long side study)."""
+    sizes itself to it the way an arm's quick / full overrides do). `skip_quick`: not run under --quick;
+    `full_only`: only under --full (a long side study)."""
 
     id: str
     fn: Callable[[int, dict, str], dict] | str  # or "package.module:function", imported when the task runs

@@ -295,3 +295,29 @@ def test_a_task_key_does_not_depend_on_what_the_process_imported_before(toy_pkg)
     (toy_pkg / "helpers.py").write_text("def quarter(x):\n    return x / 5\n")
     _fresh_toy()
     assert store.function_hash(fn, "toypkg") != cold  # the helper it reaches is part of its key
+
+
+def test_a_task_reads_an_arms_recipe_as_an_input_and_is_keyed_by_it(toy_pkg, tmp_path):
+    """Task.configs: the arm's resolved config reaches the task as JSON (not through the study, whose report text
+    would then be part of the task's code); a recipe change re-keys the task, and an unknown arm is refused."""
+    (toy_pkg / "recipe.py").write_text("def steps(seed, inputs, mode):\n"
+                                       "    return {'steps': inputs['config']['base']['steps']}\n")
+    out, root = tmp_path / "reports", tmp_path / "store"
+
+    def run(steps: int) -> tuple[list[str], dict]:
+        _fresh_toy()
+        st = Study(slug="toy", arms=(Arm("base", toy.job(steps=steps, rate=0.5)),),
+                   tasks=(Task("recipe", "toypkg.recipe:steps", configs=("base",)),), claims=())
+        logs: list[str] = []
+        reproduce(st, out_dir=out, storage=root, use_ray=False, seeds="0", log=logs.append)
+        tasks = json.loads((out / "toy.json").read_text())["data"]["tasks"]
+        return [m for m in logs if m.startswith("task recipe")], tasks["recipe"]["0"]
+
+    ran, value = run(2)
+    assert len(ran) == 1 and value == {"steps": 2}
+    assert run(2)[0] == []  # the same recipe: reused
+    ran, value = run(3)
+    assert len(ran) == 1 and value == {"steps": 3}
+    with pytest.raises(ValueError, match="unknown arm 'nope'"):
+        Study(slug="toy", arms=(Arm("base", toy.job(steps=2, rate=0.5)),),
+              tasks=(Task("recipe", "toypkg.recipe:steps", configs=("nope",)),), claims=()).check()

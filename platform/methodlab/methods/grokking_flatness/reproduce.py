@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from methodlab.methods.grokking_flatness.diagnostics import drop_offset
 from methodlab.methods.grokking_flatness.summary import train_acc_at, value_at
 from methodlab.reproduce import Arm, Claim, Study
 from methodlab.reproduce.plots import pyplot, save_figure
@@ -64,10 +65,7 @@ def ratio_a(r, s):
 
 def rf_offset(r, s):
     """|steepest log-RF drop (memorised logs) - t_gen| / t_gen; inf without a t_gen or a drop."""
-    t_gen, drop = _m(r, "baseline", s, "t_gen"), _m(r, "baseline", s, "rf_drop_step")
-    if t_gen is None or drop is None:
-        return None
-    return abs(drop - t_gen) / t_gen if t_gen > 0 and drop > 0 else INF
+    return drop_offset(_m(r, "baseline", s, "rf_drop_step"), _m(r, "baseline", s, "t_gen"))
 
 
 def af_reading(r, s) -> tuple[float, float] | None:
@@ -187,6 +185,8 @@ def _last5(r, s, arm):
 
 
 def sections(res) -> str:
+    from methodlab.methods.grokking_flatness.diagnostics import b2_section, official_comparison
+
     c, p = res.config("baseline"), res.config("collapse_prevent")
     seeds = [s for s in (*res.dev_seeds, *res.reported_seeds) if res.final("baseline", s)]
     out = ["## Setting", "",
@@ -209,6 +209,7 @@ def sections(res) -> str:
                      "anti-flat val @ t_gen", "anti-flat train @ t_gen", "anti-flat final val", "prevent t_gen",
                      "prevent CDNV ratio", "(last-5)", "encourage t_gen", "encourage CDNV ratio", "(last-5)"],
                     [_row(res, s) for s in seeds], nd=None)
+    out += b2_section(res, seeds)
     rows = []
     for arm in ("digits-anti_flat", "digits-anti_flat-lam0.6"):
         lam = res.config(arm).get("lam")
@@ -223,6 +224,7 @@ def sections(res) -> str:
             "lambda 0.6 is shown for context, not judged.", ""]
     out += md_table(["lambda", "seed", "smallest gap", "mean gap", "gap at epoch 100", "anti-flat final",
                      "unregularized final"], rows)
+    out += official_comparison()
     out += ["## Paper anchors", "",
             "The paper's Fig. 1 (2-layer model, train fraction 0.2, lr 1e-4, 1e5 steps) shows CDNV falling before "
             "generalisation and RF dropping steeply at its onset (visual readings, +-10 % on values, +-20 % on steps); "

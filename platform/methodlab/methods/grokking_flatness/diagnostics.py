@@ -1,0 +1,105 @@
+"""Side readings of grokking_flatness's reproduction (report text only; nothing here is a claim).
+
+Claim B2 reads `summary.steepest_log_drop` over the memorised logs: the single log interval where log RF falls
+fastest. `rf_profile` puts that reading beside the shape of the whole RF curve, so the report can say why it lands
+where it does (issue 44 item 8): how far RF has already fallen by t_gen, how many intervals after t_gen fall at
+least as fast as the steepest one before it, and where the steepest fall over a fixed window of steps lies."""
+
+from __future__ import annotations
+
+import math
+
+from methodlab.methods.grokking_flatness.summary import memorised, value_at
+from methodlab.reproduce.tables import fmt, md_table
+
+WINDOW = 500  # steps: ten logs of the CPU recipe, about a tenth of the slowest dev seed's t_gen
+
+
+def _rates(rows: list[dict]) -> list[tuple[float, int]]:
+    """(log-RF fall per step, step ending the interval) over consecutive rows, as summary.steepest_log_drop."""
+    return [((math.log(a["rf"]) - math.log(b["rf"])) / max(1, b["step"] - a["step"]), int(b["step"]))
+            for a, b in zip(rows, rows[1:])]
+
+
+def rf_profile(history: list[dict], t_mem: int, t_gen: int, window: int = WINDOW) -> dict | None:
+    """The RF curve around B2's reading (None without a t_gen): peak after t_mem, orders of magnitude fallen from
+    it by t_gen, the steepest interval up to t_gen, later intervals as steep, train-accuracy dips after t_mem, and
+    the window of `window` steps with the largest fall (its midpoint's offset from t_gen, as B2's)."""
+    rows = [h for h in memorised(history) if h.get("rf", 0) > 0]
+    if t_gen <= 0 or len(rows) < 2:
+        return None
+    peak = max(rows, key=lambda h: h["rf"])
+    rates = _rates(rows)
+    before = max((r for r, s in rates if s <= t_gen), default=0.0)
+    later = sum(1 for r, s in rates if s > t_gen and r >= before > 0)
+    best = None
+    for i, a in enumerate(rows):
+        b = next((x for x in rows[i + 1:] if x["step"] >= a["step"] + window), None)
+        if b is None:
+            break
+        fall = math.log(a["rf"]) - math.log(b["rf"])
+        if best is None or fall > best[0]:
+            best = (fall, int(a["step"]), int(b["step"]))
+    mid = None if best is None else (best[1] + best[2]) / 2
+    return {"peak_step": int(peak["step"]), "peak": peak["rf"], "at_t_gen": value_at(history, "rf", t_gen),
+            "orders_fallen_by_t_gen": math.log10(peak["rf"] / value_at(history, "rf", t_gen)),
+            "steepest_before_t_gen": before, "later_as_steep": later,
+            "dips_after_t_mem": sum(1 for h in history if h["step"] > t_mem and h.get("train/accuracy", 1) < 0.95),
+            "window": None if best is None else (best[1], best[2]),
+            "window_offset": None if mid is None else abs(mid - t_gen) / t_gen}
+
+
+def drop_offset(drop, t_gen):
+    """Claim B2's reading: |drop - t_gen| / t_gen (None without both; inf without a t_gen or a drop)."""
+    if drop is None or t_gen is None:
+        return None
+    return abs(drop - t_gen) / t_gen if t_gen > 0 and drop > 0 else math.inf
+
+
+def b2_section(res, seeds) -> list[str]:
+    """Claim B2 beside the RF curve it reads (issue 44 item 8: why the steepest single fall misses t_gen)."""
+    rows, prof = [], {}
+    for s in seeds:
+        t_mem, t_gen = res.metric("baseline", s, "t_mem"), res.metric("baseline", s, "t_gen")
+        p = prof[s] = rf_profile(res.history("baseline", s), t_mem, t_gen)
+        if p is None:
+            continue
+        w, drop = p["window"], res.metric("baseline", s, "rf_drop_step")
+        rows.append([s, fmt(t_mem, 0), fmt(t_gen, 0), fmt(drop, 0), fmt(drop_offset(drop, t_gen), 2),
+                     f"{p['peak']:.3g} @ {p['peak_step']}", f"{p['at_t_gen']:.3g}", fmt(p["orders_fallen_by_t_gen"], 1),
+                     f"{p['steepest_before_t_gen']:.2g}", p["later_as_steep"], p["dips_after_t_mem"],
+                     "—" if w is None else f"{w[0]}-{w[1]}", fmt(p["window_offset"], 2)])
+    if not rows:
+        return []
+    late = [s for s, p in prof.items() if p and p["later_as_steep"] > 0]
+    return ["## Claim B2 beside the RF curve", "",
+            "B2 reads the single log interval (memorised logs) where log RF falls fastest per step. The table puts it "
+            "beside the curve: RF's peak after t_mem, its value at t_gen and how many orders of magnitude it has "
+            "fallen by then, the steepest fall per step in an interval ending at or before t_gen, how many intervals "
+            "after t_gen fall at least as fast, train-accuracy logs below 95 % after t_mem, and the "
+            f"{WINDOW}-step window with the largest fall in log RF (its midpoint's offset from t_gen read as B2's). "
+            "Context only: the claim keeps the spec's reading.", "",
+            *md_table(["seed", "t_mem", "t_gen", "B2 step", "B2 offset", "RF peak @ step", "RF @ t_gen",
+                       "orders fallen by t_gen", "steepest fall / step to t_gen", "later intervals as steep",
+                       "train dips < 95 %", f"steepest {WINDOW}-step fall", "its offset"], rows),
+            f"On seeds {', '.join(map(str, late)) or 'none'} at least one interval after t_gen falls as fast as "
+            "any before it: once RF is small after generalisation, single-log changes of its logarithm are large, "
+            "and the single steepest interval can lie there rather than at the onset." if late else "", ""]
+
+
+def official_comparison() -> list[str]:
+    """Report section: the collapse regularizers against the official code (read, not run)."""
+    return ["## Official code comparison: the collapse regularizers (issue 44 item 8)", "",
+            "- Official (TrustworthyMachineLearning-Lab/grokking_flatness, `nc_experiments/training_utils.py`, "
+            "ResNet-18 on CIFAR-10): `loss - lambda * CDNV_batch`, CDNV_batch = the mean over ordered pairs of the "
+            "classes in the batch (true labels) of (var_1 + var_2) / (2 ||mu_1 - mu_2||^2) on the penultimate "
+            "features, with gradient through them; lambda 1e-3 (`run_script.sh`). The grokking code of the same "
+            "repository (`grokking_nc_rf`) has no regularizer, so the transformer arms apply that term to the "
+            "features at the answer position.",
+            "- Ours (`train.regularizer`, `measures.batch_cdnv`): the same term, -lambda (prevent) / +lambda "
+            "(encourage). **Differs** in one point: a class with a single sample in the batch is left out (official: "
+            "its variance 0, its mean kept in the pairs); at batch 512 over 97 residues (about 5 samples per class) "
+            "that is a small share of the pairs. The term is unbounded: -lambda * CDNV falls without limit as two "
+            "class means meet, so nothing but lambda's size keeps collapse-prevent from running away (the issue-22 "
+            "dev-seed runs, reports/legacy/grokking_flatness.md: lambda 1e-2 diverged within 300 steps, CDNV 1.6e9; "
+            "not rerun here). The study keeps the official 1e-3.", ""]

@@ -42,8 +42,9 @@ def rf_profile(history: list[dict], t_mem: int, t_gen: int, window: int = WINDOW
             best = (fall, int(a["step"]), int(b["step"]))
     mid = None if best is None else (best[1] + best[2]) / 2
     jumps = [(abs(math.log10(b["rf"] / a["rf"])), b["step"]) for a, b in zip(rows, rows[1:])]
-    return {"peak_step": int(peak["step"]), "peak": peak["rf"], "at_t_gen": value_at(history, "rf", t_gen),
-            "orders_fallen_by_t_gen": math.log10(peak["rf"] / value_at(history, "rf", t_gen)),
+    at_gen = value_at(history, "rf", t_gen)
+    return {"peak_step": int(peak["step"]), "peak": peak["rf"], "at_t_gen": at_gen,
+            "orders_fallen_by_t_gen": math.log10(peak["rf"] / at_gen),
             "steepest_before_t_gen": before, "later_as_steep": later,
             "dips_after_t_mem": sum(1 for h in history if h["step"] > t_mem and h.get("train/accuracy", 1) < 0.95),
             "jitter_before": _median([j for j, s in jumps if s <= t_gen]),
@@ -98,7 +99,8 @@ def b2_section(res, seeds) -> list[str]:
             "Context only: the claim keeps the spec's reading.", "",
             *md_table(["seed", "t_mem", "t_gen", "B2 step", "B2 offset", "RF peak @ step", "RF @ t_gen",
                        "orders fallen by t_gen", "steepest fall / step to t_gen", "later intervals as steep",
-                       "median log10 change per log, before / after t_gen", "train dips < 95 %", f"steepest {WINDOW}-step fall", "its offset"], rows),
+                       "median log10 change per log, before / after t_gen", "train dips < 95 %",
+                       f"steepest {WINDOW}-step fall", "its offset"], rows),
             f"On seed{'s' * (len(late) > 1)} {', '.join(map(str, late))} at least one interval after t_gen falls as fast as "
             f"any before it. RF jumps from log to log before and after t_gen alike (median {_span(prof, 'jitter_before')} "
             f"orders of magnitude per log before, {_span(prof, 'jitter_after')} after), so the single steepest "

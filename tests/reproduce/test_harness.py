@@ -160,6 +160,38 @@ def test_render_only_redraws_the_report_from_its_json_alone(toy_pkg, tmp_path):
     assert (out / "toy.md").read_text() == md
 
 
+def test_a_fresh_store_reads_the_committed_reports_runs_and_reruns_only_what_changed(toy_pkg, tmp_path):
+    """A fresh clone has reports/<slug>.json but no run store: a run the report holds under the key this code and
+    config give is read from it, not rerun; a changed arm runs, and so does the dependency whose checkpoint it
+    needs (the same key); --no-reuse reruns everything."""
+    import dataclasses
+
+    out = tmp_path / "reports"
+    reproduce(study(), out_dir=out, storage=tmp_path / "s1", use_ray=False, log=lambda m: None)
+    claims, first = _claims(out), (out / "toy.md").read_text()
+    logs: list[str] = []
+    reproduce(study(), out_dir=out, storage=tmp_path / "s2", use_ray=False, log=logs.append)
+    assert logs[0] == "toy: 0 runs pending" and any("9 runs read from the committed report" in m for m in logs)
+    assert not list((tmp_path / "s2").rglob("*.json"))  # no run and no task (its key is in the report) recomputed
+    assert _claims(out) == claims
+    md = (out / "toy.md").read_text()
+    assert "9 of its 9 runs were read from the report committed before this render" in md and md.count("` * |") == 9
+    same = "\n".join(x for x in md.replace("` *", "`").split("\n") if "were read from the report" not in x)
+    assert same == first  # the same figures
+    base, ft = study().arms
+    changed = dataclasses.replace(study(), arms=(base, dataclasses.replace(ft, overrides=("rate=0.2",))))
+    logs.clear()
+    reproduce(changed, out_dir=out, storage=tmp_path / "s3", use_ray=False, seeds="0", log=logs.append)
+    assert logs[0] == "toy: 2 runs pending"  # finetune seed 0, and base seed 0 for its checkpoint
+    s1 = {p.name for p in (tmp_path / "s1" / "runs").iterdir()}
+    assert {p.name for p in (tmp_path / "s3" / "runs").iterdir() if p.name.startswith("base")} <= s1
+    assert _claims(out)["B"]["per_seed"]["0"] == pytest.approx(0.5 * 0.8 ** 2)  # the new finetune's figure
+    logs.clear()
+    reproduce(study(), out_dir=out, storage=tmp_path / "s4", use_ray=False, seeds="0", claims="A", reuse=False,
+              log=logs.append)
+    assert logs[0] == "toy: 1 runs pending" and not any("committed report" in m for m in logs)
+
+
 def test_quick_is_marked_reduced_and_bad_selections_are_refused(toy_pkg, tmp_path):
     from methodlab.core.errors import ConfigError
 

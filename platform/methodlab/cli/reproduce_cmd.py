@@ -41,6 +41,8 @@ def reproduce(
     render_only: bool = typer.Option(False, "--render-only", help="Redraw the report from reports/<slug>.json alone."),
     from_store: bool = typer.Option(False, "--from-store", help="Render what the run store holds now, starting "
                                     "nothing (unfinished runs read NOT RUN): an interim report of a long reproduction."),
+    no_reuse: bool = typer.Option(False, "--no-reuse", help="Run every arm in the store, even where the committed "
+                                  "report (<out-dir>/<slug>.json) holds a finished run under the same key."),
     budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", min=1,
                                            help="Stop starting runs after this long (unfinished ones resume next time)."),
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
@@ -85,7 +87,7 @@ def reproduce(
     for s in slugs:
         report = run_study(study_of(s), out_dir=out_dir, storage=storage if not all_methods else None, seeds=seeds,
                            quick=quick, full=full, claims=claims, render_only=render_only, from_store=from_store,
-                           budget_s=budget, address=address, use_ray=not no_ray, workers=workers,
+                           reuse=not no_reuse, budget_s=budget, address=address, use_ray=not no_ray, workers=workers,
                            assume_shared_storage=assume_shared_storage,
                            log=(lambda m: None) if quiet else (lambda m: console.print(m, highlight=False)))
         if report is not None:

@@ -15,7 +15,7 @@ import os
 import resource
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -87,13 +87,47 @@ def active(item, mode: str) -> bool:
         not (getattr(item, "full_only", False) and mode != "full")
 
 
+@dataclass(frozen=True)
+class Committed:
+    """The finished runs and task results of the committed report (<out>/<slug>.json), by key. A key hashes the
+    resolved job and the code it runs, so a committed run under the key the plan computes is that run: it is read
+    from the report instead of rerun (a fresh clone has no run store, and adding one arm must not cost hours of
+    reruns). Empty with --no-reuse, or when there is no report."""
+
+    source: str = ""
+    runs: dict = field(default_factory=dict)  # run key -> the report's entry (record, final metrics, history)
+    tasks: dict = field(default_factory=dict)  # task key -> value
+
+    @classmethod
+    def read(cls, path: Path) -> "Committed":
+        path = Path(path)
+        if not path.exists():
+            return cls()
+        try:
+            data = json.loads(path.read_text())["data"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"{path}: not a report the harness wrote ({err}); move it away or pass --no-reuse",
+                              field="--out-dir") from None
+        runs = {r["key"]: r for a in data.get("runs", {}).values() for r in a.values() if r.get("key")}
+        keys = data.get("task_keys", {})  # older reports did not record them: their tasks run again
+        tasks = {k: data["tasks"][t][s] for t, by_seed in keys.items() for s, k in by_seed.items()
+                 if s in data.get("tasks", {}).get(t, {})}
+        return cls(str(path), runs, tasks)
+
+
+NONE = Committed()
+
+
 def plan(study: Study, runs_root: Path, *, seeds: str = "all", mode: str = "default",
-         arms: set[str] | None = None) -> list[Pending]:
-    """Every arm x seed the selection asks for whose key has no finished record, in dependency waves. A
-    dependent arm's key includes its dependency's checkpoint path, so it is known only once that ran: such arms
-    are planned with key "" and keyed when their wave starts."""
+         arms: set[str] | None = None, committed: Committed = NONE) -> list[Pending]:
+    """Every arm x seed the selection asks for whose key has no finished record (in the store, or in the
+    committed report), in dependency waves. A dependent arm's key includes its dependency's checkpoint path, so
+    it is known only once that ran: such arms are planned with key "" and keyed when their wave starts. A
+    dependent that must run needs its dependency's checkpoint on disk: a dependency read from the committed report
+    then runs again (the same key, so the same run)."""
     study.check()
-    out = []
+    out: list[Pending] = []
+    from_report: dict[tuple[str, int], Pending] = {}  # runs skipped because the committed report holds them
     for w, wave in enumerate(order_arms(study.arms)):
         for arm in wave:
             if (arms is not None and arm.id not in arms) or not active(arm, mode):
@@ -104,32 +138,48 @@ def plan(study: Study, runs_root: Path, *, seeds: str = "all", mode: str = "defa
                 if arm.needs:  # keyed by its dependencies' checkpoints: known once they ran
                     try:
                         loaded, over = load_arm(arm, seed, mode,
-                                                dependency_overrides(study, arm, seed, mode, runs_root))
+                                                dependency_overrides(study, arm, seed, mode, runs_root, committed))
                         key = store.run_key(loaded, arm.id)
                     except ConfigError:
                         key = ""
                 if key and store.read_record(runs_root / key):
                     continue
                 sc = loaded.job.scaling
-                out.append(Pending(arm.id, seed, key, arm.job, over, arm.smoke, float(sc.cpus_per_worker),
-                                   float(sc.gpus_per_worker or (1 if sc.use_gpu else 0)), w))
-    return out
+                p = Pending(arm.id, seed, key, arm.job, over, arm.smoke, float(sc.cpus_per_worker),
+                            float(sc.gpus_per_worker or (1 if sc.use_gpu else 0)), w)
+                if key in committed.runs:
+                    from_report[(arm.id, seed)] = p
+                    continue
+                for dep_id, _ in arm.needs:
+                    dep = from_report.pop((dep_id, seed), None)
+                    if dep is not None:
+                        out.append(dep)
+                out.append(p)
+    return sorted(out, key=lambda p: p.wave)
 
 
-def dependency_overrides(study: Study, arm: Arm, seed: int, mode: str, runs_root: Path) -> tuple[str, ...]:
-    """field=<newest checkpoint of the needed arm's run for this seed>."""
+def dependency_overrides(study: Study, arm: Arm, seed: int, mode: str, runs_root: Path,
+                         committed: Committed = NONE) -> tuple[str, ...]:
+    """field=<newest checkpoint of the needed arm's run for this seed>; for a dependency the committed report
+    holds but the store does not, the path its last checkpoint had (which is what the dependent's key holds)."""
     from methodlab.core.checkpoint import latest_checkpoint
-    from methodlab.runners.lifecycle import CHECKPOINTS_DIR
+    from methodlab.runners.lifecycle import CHECKPOINTS_DIR, checkpoint_dir_name
 
     extra = []
-    for dep_id, field in arm.needs:
+    for dep_id, field_name in arm.needs:
         dep = study.arm(dep_id)
-        loaded, _ = load_arm(dep, seed, mode, dependency_overrides(study, dep, seed, mode, runs_root))
-        ck = latest_checkpoint(runs_root / store.run_key(loaded, dep.id) / CHECKPOINTS_DIR)
+        loaded, _ = load_arm(dep, seed, mode, dependency_overrides(study, dep, seed, mode, runs_root, committed))
+        dep_key = store.run_key(loaded, dep.id)
+        ck = latest_checkpoint(runs_root / dep_key / CHECKPOINTS_DIR)
+        held = committed.runs.get(dep_key) or {}
+        if ck is None and held:  # the path its last checkpoint had, in the store it ran in (older reports: by step)
+            step = held.get("final", {}).get("step")
+            ck = held.get("checkpoint") or (None if step is None else
+                                            runs_root / dep_key / CHECKPOINTS_DIR / checkpoint_dir_name(step))
         if ck is None:
             raise ConfigError(f"arm {arm.id} needs arm {dep_id}'s checkpoint for seed {seed}, which has not run",
                               field="arms")
-        extra.append(f"{field}={ck}")
+        extra.append(f"{field_name}={ck}")
     return tuple(extra)
 
 
@@ -265,19 +315,19 @@ def task_path(study: Study, t, seed: int, inputs: dict, mode: str, tasks_root: P
 
 
 def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mode: str,
-              log: Callable[[str], None] = print) -> None:
-    """Tasks in this process, cached as JSON under `task_path`."""
+              log: Callable[[str], None] = print, committed: Committed = NONE) -> None:
+    """Tasks in this process, cached as JSON under `task_path` (or read from the committed report by key)."""
     from methodlab.core.device import set_threads
 
     for t in study.tasks:
         if not active(t, mode):
             continue
         for seed in arm_seeds(study, t.seeds, seeds, mode):
-            inputs = task_inputs(study, t, seed, mode, runs_root)
+            inputs = task_inputs(study, t, seed, mode, runs_root, committed)
             if inputs is None:
                 continue  # its arms have not run: the task (and the claims on it) stay NOT RUN
             path = task_path(study, t, seed, inputs, mode, tasks_root)
-            if path.exists():
+            if path.exists() or path.stem in committed.tasks:
                 continue
             t0 = time.time()
             # one thread, as each run gets from its job's CPUs: a task shares the machine with the runs
@@ -291,20 +341,21 @@ def run_tasks(study: Study, tasks_root: Path, runs_root: Path, *, seeds: str, mo
             log(f"task {t.id} seed {seed} in {time.time() - t0:.1f} s")
 
 
-def _run_dir(study: Study, arm_id: str, seed: int, mode: str, runs_root: Path) -> Path | None:
+def _run_dir(study: Study, arm_id: str, seed: int, mode: str, runs_root: Path,
+             committed: Committed = NONE) -> Path | None:
     arm = study.arm(arm_id)
     try:
-        extra = dependency_overrides(study, arm, seed, mode, runs_root) if arm.needs else ()
+        extra = dependency_overrides(study, arm, seed, mode, runs_root, committed) if arm.needs else ()
     except ConfigError:
         return None
     loaded, _ = load_arm(arm, seed, mode, extra)
     return runs_root / store.run_key(loaded, arm.id)
 
 
-def task_inputs(study: Study, t, seed: int, mode: str, runs_root: Path) -> dict | None:
+def task_inputs(study: Study, t, seed: int, mode: str, runs_root: Path, committed: Committed = NONE) -> dict | None:
     """A task's inputs (Task): the final metrics of the arms it needs (None while one has not run) and the resolved
     configs of the arms it reads the recipe of."""
-    inputs = {a: _final_of(study, a, seed, mode, runs_root) for a in t.needs}
+    inputs = {a: _final_of(study, a, seed, mode, runs_root, committed) for a in t.needs}
     if any(v is None for v in inputs.values()):
         return None
     if t.configs:
@@ -313,10 +364,20 @@ def task_inputs(study: Study, t, seed: int, mode: str, runs_root: Path) -> dict 
     return inputs
 
 
-def _final_of(study: Study, arm_id: str, seed: int, mode: str, runs_root: Path) -> dict | None:
-    d = _run_dir(study, arm_id, seed, mode, runs_root)
+def _final_of(study: Study, arm_id: str, seed: int, mode: str, runs_root: Path,
+              committed: Committed = NONE) -> dict | None:
+    d = _run_dir(study, arm_id, seed, mode, runs_root, committed)
     rec = store.read_record(d) if d is not None else None
+    rec = rec or (committed.runs.get(d.name) if d is not None else None)
     return rec["final"] if rec else None
+
+
+def _last_checkpoint(run_dir: Path) -> str | None:
+    from methodlab.core.checkpoint import latest_checkpoint
+    from methodlab.runners.lifecycle import CHECKPOINTS_DIR
+
+    ck = latest_checkpoint(run_dir / CHECKPOINTS_DIR)
+    return None if ck is None else str(ck)
 
 
 def _history(study: Study, run_dir: Path) -> list[dict]:
@@ -329,24 +390,28 @@ def _history(study: Study, run_dir: Path) -> list[dict]:
     return [r for r in rows if set(r) - {"step"}]
 
 
-def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str) -> dict[str, Any]:
-    """Every figure the report reads, from the store: per arm x seed the record (wall, memory, when, where), the
-    final metrics and the metrics history; per task x seed its value; the recipe actually run (config of seed
-    runs). Runs not finished are absent (their claims read NOT RUN)."""
+def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str, committed: Committed = NONE) -> dict[str, Any]:
+    """Every figure the report reads, from the store (a run it lacks: from the committed report under the same
+    key, marked `from_report`): per arm x seed the record (wall, memory, when, where), the final metrics and the
+    metrics history; per task x seed its value and key; the recipe actually run (config of seed runs). Runs not
+    finished are absent (their claims read NOT RUN)."""
     runs: dict[str, dict[str, Any]] = {}
     recipes: dict[str, dict] = {}
     for arm in study.arms:
         if not active(arm, mode):
             continue
         for seed in arm_seeds(study, arm.seeds, "all", mode):
-            d = _run_dir(study, arm.id, seed, mode, runs_root)
+            d = _run_dir(study, arm.id, seed, mode, runs_root, committed)
             rec = store.read_record(d) if d is not None else None
-            if not rec:
+            if rec:
+                entry = {"key": rec["key"], "wall_s": rec["wall_s"], "peak_rss_mb": rec["peak_rss_mb"],
+                         "started": rec["started"], "ended": rec["ended"], "node": rec.get("node"),
+                         "final": rec["final"], "history": _history(study, d), "checkpoint": _last_checkpoint(d)}
+            elif d is not None and d.name in committed.runs:
+                entry = {**committed.runs[d.name], "from_report": True}
+            else:
                 continue
-            runs.setdefault(arm.id, {})[str(seed)] = {
-                "key": rec["key"], "wall_s": rec["wall_s"], "peak_rss_mb": rec["peak_rss_mb"],
-                "started": rec["started"], "ended": rec["ended"], "node": rec.get("node"),
-                "final": rec["final"], "history": _history(study, d)}
+            runs.setdefault(arm.id, {})[str(seed)] = entry
             if arm.id not in recipes:
                 loaded, _ = load_arm(arm, seed, mode)
                 recipes[arm.id] = loaded.config.model_dump(mode="json")
@@ -360,15 +425,21 @@ def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str) -> di
             except ConfigError:  # a dependent arm whose config needs its dependency's checkpoint path first
                 pass
     tasks: dict[str, dict[str, Any]] = {}
+    task_keys: dict[str, dict[str, str]] = {}
     for t in study.tasks:  # only the current keys: a stale result (older code, --quick inputs) is never read
         if not active(t, mode):
             continue
         for seed in arm_seeds(study, t.seeds, "all", mode):
-            inputs = task_inputs(study, t, seed, mode, runs_root)
+            inputs = task_inputs(study, t, seed, mode, runs_root, committed)
             if inputs is None:
                 continue
             path = task_path(study, t, seed, inputs, mode, tasks_root)
             if path.exists():
                 tasks.setdefault(t.id, {})[str(seed)] = json.loads(path.read_text())["value"]
+            elif path.stem in committed.tasks:
+                tasks.setdefault(t.id, {})[str(seed)] = committed.tasks[path.stem]
+            else:
+                continue
+            task_keys.setdefault(t.id, {})[str(seed)] = path.stem
     return {"slug": study.slug, "quick": mode == "quick", "mode": mode, "runs": runs, "tasks": tasks,
-            "recipes": recipes, "planned": planned}
+            "task_keys": task_keys, "recipes": recipes, "planned": planned}

@@ -135,6 +135,12 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
     flag = {"quick": " --quick", "full": " --full"}.get(res.mode, "")
     lines.append(f"Rendered by `methodlab reproduce {study.slug}{flag}` from the run store (every figure below is in "
                  f"`{study.slug}.json`; `--render-only` redraws this file from it).")
+    n_runs = sum(len(a) for a in data["runs"].values())
+    n_report = sum(bool(r.get("from_report")) for a in data["runs"].values() for r in a.values())
+    if n_report:
+        lines.append(f"{n_report} of its {n_runs} runs were read from the report committed before this render, under "
+                     "the keys this code and these configs give (the same runs; marked * in the runs table), not "
+                     "rerun in this store.")
     if res.quick:
         lines.append("")
         lines.append("**Reduced recipe (`--quick`)**: one seed and the arms' quick overrides; not the acceptance run.")
@@ -196,7 +202,7 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
         for s in res.seeds(arm.id):
             r = res.run(arm.id, s)
             lines.append(f"| {arm.id} | {s} | {r['wall_s']:.1f} | {r['peak_rss_mb']:.0f} | "
-                         f"{(r.get('node') or 'local')[:8]} | `{r['key']}` |")
+                         f"{(r.get('node') or 'local')[:8]} | `{r['key']}`{' *' if r.get('from_report') else ''} |")
     if study.sections is not None:
         lines += ["", study.sections(res).rstrip()]
     for p in plots:

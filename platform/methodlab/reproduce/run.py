@@ -38,7 +38,7 @@ def default_out_dir(study: Study, mode: str) -> Path:
 
 def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str | Path | None = None,
               seeds: str = "all", quick: bool = False, full: bool = False, claims: str = "",
-              render_only: bool = False, from_store: bool = False,
+              render_only: bool = False, from_store: bool = False, reuse: bool = True,
               budget_s: float | None = None, address: str | None = None, use_ray: bool = True, workers: int = 2,
               assume_shared_storage: bool = False, log: Callable[[str], None] = print) -> Path:
     if quick and full:
@@ -56,7 +56,8 @@ def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str |
                           "share on a cluster), not a URI", field="--storage")
     runs_root, tasks_root = root.resolve() / "runs", root.resolve() / "tasks"
     selected = arms_for_claims(study, [c for c in claims.split(",") if c]) if claims else None
-    pending = harness.plan(study, runs_root, seeds=seeds, mode=mode, arms=selected)
+    committed = harness.Committed.read(out / f"{study.slug}.json") if reuse else harness.NONE
+    pending = harness.plan(study, runs_root, seeds=seeds, mode=mode, arms=selected, committed=committed)
     if from_store:  # what has finished so far (a long reproduction's interim report): nothing is started
         log(f"{study.slug}: {len(pending)} runs not finished (NOT RUN in the report)")
         pending = []
@@ -72,8 +73,11 @@ def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str |
     harness.execute(study, pending, runs_root, mode=mode, use_ray=use_ray, address=address, workers=workers,
                     budget_s=budget_s, log=log)
     if not from_store:
-        harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, mode=mode, log=log)
-    data = harness.collect(study, runs_root, tasks_root, mode=mode)
+        harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, mode=mode, log=log, committed=committed)
+    data = harness.collect(study, runs_root, tasks_root, mode=mode, committed=committed)
+    reused = sum(bool(r.get("from_report")) for a in data["runs"].values() for r in a.values())
+    if reused:
+        log(f"{study.slug}: {reused} runs read from the committed report {committed.source} (same keys), not rerun")
     md = report.render(study, data, out)
     if mode != "quick":  # the scoreboard beside the reports it reads (README's table: --scoreboard)
         from methodlab.reproduce.scoreboard import write

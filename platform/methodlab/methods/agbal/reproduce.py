@@ -130,6 +130,8 @@ def _experiment(res, exp: str, seeds) -> list[str]:
 
 
 def sections(res) -> str:
+    from methodlab.methods.agbal.diagnostics import official_comparison
+
     seeds = res.reported_seeds
     cfg = res.config("friedman-agbal")
     out = ["## Setting", "",
@@ -167,7 +169,7 @@ def sections(res) -> str:
             f"{sum(1 for v in g if v is not None)} seeds); nw mean gap {fmt(mean(gn), 3)} (standard error "
             f"{fmt(_se(gn), 3)}). Claim 1 with nw, AUC_log(Random) - AUC_log(AGBAL nw) on the reported seeds: "
             f"{' / '.join(fmt(v, 3) for v in c1n)}. The spec's revision cites main's Claim 2 figure +0.032 +- 0.005 "
-            "over 30 other seeds, measured with nw.", ""]
+            "over 30 other seeds, measured with nw.", "", *official_comparison()]
     rows = []
     for s in seeds:
         t = res.task("oracle", s) or {}

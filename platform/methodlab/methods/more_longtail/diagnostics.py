@@ -188,7 +188,12 @@ def hypothesis_section(res) -> list[str]:
                      _sg(d_all), _sg(d_few), rel(ctl), rel(mo), fmt(_m(res, mo, "eval/disc_ratio", dev), 2)])
     return ["## Why the low-rank part vanishes: hypotheses on the development seeds " + ", ".join(map(str, dev)) +
             " (CE; not gated)", "",
-            "Issue 44 item 4. Each row changes the low-rank part the same way in the alpha = 0 control and in MORE "
+            "Issue 44 item 4. Official code: not located (the spec's source check; searched again on 2026-12-06 by "
+            "the paper's title and its low-rank / discrepancy terms in the stored code index: no repository), so "
+            "the hypotheses are those the paper's construction, as the spec transcribes it, rules out. The paper's "
+            "setting (ResNet-32 on CIFAR-100-LT, GPU-sized) needs CIFAR files that no package ships: "
+            "jobs/more_longtail/cifar_lt.yaml runs it on a user's copy; not run here (no GPU lent, no files). "
+            "Each row changes the low-rank part the same way in the alpha = 0 control and in MORE "
             "(arms `hyp-<name>-control` / `hyp-<name>-more`), so the margins are MORE minus its own control. "
             "`||BA|| / ||W_g||` is the summed Frobenius norm of the low-rank deltas over that of the general weights "
             "at the end of training (`train/lowrank_rel`). The weight of the discrepancy term is the amplitude "

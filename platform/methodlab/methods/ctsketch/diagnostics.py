@@ -3,7 +3,9 @@ scripts under reports/ctsketch_issue22/ and explain two verdicts of the report:
 
 - `rank1_sketch` (Claim B's rank-1 row, reported without a bar): how much of a + b the rank-1 sketch keeps,
   per level, on Claim B's own sum-16 data, and which one-hot labelling the rank-1 L1 objective prefers;
-- `mean_only_gradient` (Claim D, a digit never separated): the sum tree sees each image only through E_p[digit].
+- `mean_only_gradient` (Claim D, a digit never separated): the sum tree sees each image only through E_p[digit];
+- `switch_rounding` (issue 44, report truth: seed 2's accuracy at the curriculum switch was 0.859 in one run and
+  0.721 in another with the same settings): stage 1 rerun under different CPU kernel dispatch and thread counts.
 
 `render_*` turn a task's value into report lines (reproduce.py's sections call them)."""
 
@@ -113,6 +115,100 @@ def mean_only_gradient(seed: int, inputs: dict, mode: str) -> dict:
             row["exactconv_nll_change"] = float((nll(q) - nll(r)).abs().max())
         out.append(row)
     return {"rows": out}
+
+
+# Stage 1 of Claim D alone (1,000 N=16 steps, then one N=1024 step), through the platform's local runner as the
+# harness runs it, in a fresh interpreter: the kernel-dispatch variables are read when torch loads.
+_SWITCH_PROBE = """
+import json, sys, tempfile
+from methodlab.runners.local import run_local
+from methodlab.specs.files import load_job
+loaded = load_job(sys.argv[1], overrides=[f"scaling.cpus_per_worker={sys.argv[3]}", "time_budget_s=null",
+    "curriculum=[{N: 16, max_steps: 1000}, {N: 1024, max_steps: 1}]", f"seed={sys.argv[2]}"])
+with tempfile.TemporaryDirectory() as d:
+    print(json.dumps(run_local(loaded, "probe", d, quiet=True)["metrics"].get("stage0/digit_acc")))
+"""
+# forced instruction sets: ATen's CPU kernels, MKL and oneDNN (documented environment switches of each library)
+_AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+SWITCH_VARIANTS = (("this CPU's kernels, 1 thread", {}, 1), ("AVX2 kernels forced, 1 thread", _AVX2, 1),
+                   ("this CPU's kernels, 2 threads", {}, 2))
+
+
+def switch_rounding(seed: int, inputs: dict, mode: str) -> dict:
+    """Per-digit test accuracy at the curriculum switch for one seed under each of SWITCH_VARIANTS: the same code,
+    config and seed, only the floating-point kernels (instruction set, thread split of reductions) changed."""
+    import os
+    import platform
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    job = Path(__file__).resolve().parents[4] / "jobs" / "ctsketch" / "sum1024_mnist_curriculum.yaml"
+    rows = []
+    for name, env, threads in SWITCH_VARIANTS:
+        out = subprocess.run([sys.executable, "-c", _SWITCH_PROBE, str(job), str(seed), str(threads)],
+                             env={**os.environ, **env}, capture_output=True, text=True, check=True)
+        rows.append({"variant": name, "threads": threads, "switch_acc": float(out.stdout.strip().splitlines()[-1])})
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    return {"seed": seed, "cpu": cpu, "isa": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "rows": rows}
+
+
+def steps_reading(res) -> list[str]:
+    """Issue 44 item 2: does the spec's full step budget (arm D-steps) separate seed 2's digit 5?"""
+    f, w = res.final("D-steps", 2), res.final("D-curriculum", 2)
+    if f is None:
+        return []
+    s2 = {s: res.final("D-steps", s)["time/train_s"] - res.final("D-steps", s)["stage0/train_s"]
+          for s in res.seeds("D-steps")}
+    n_wall = "" if w is None else f" against the {w['step'] - w['stage0/steps']:,} of its wall-budgeted run"
+    return [f"At the spec's step count (arm D-steps: 3,200 N=1024 steps{n_wall}; stage 2 took "
+            + " / ".join(f"{v:.0f}" for v in s2.values()) + " s of training on seeds "
+            + " / ".join(map(str, s2)) + ", one run at a time on both cores (seed 0 shared the machine with other "
+            "work), against the spec's 900 s at its measured 0.28 s a step), seed 2 ends at "
+            f"{f['eval/digit_acc']:.3f} with digit 5 at {f['eval/class_acc_5']:.2f}: the full budget does not "
+            "separate digit 5, so the budget is not what fails seed 2 (the loss, which matches the official code, "
+            "sees each image only through its expected digit: task `mean_only_gradient` below).", ""]
+
+
+# Seed 2's switch accuracy in runs before the harness (reports/legacy/ctsketch.md; not rerun): the report-truth item
+EARLIER_SWITCH = (("2", "1 thread, 2026-12-03 (legacy report, first Claim D run), another host", 0.859),
+                  ("2", "1 thread, 2026-12-04 (legacy report, issue-22 run), another host", 0.721))
+
+
+def switch_section(res) -> list[str]:
+    """Markdown: task `switch_rounding` beside the switch accuracy of every Claim D run (and the legacy ones)."""
+    values = {s: res.task("switch_rounding", s) for s in (0, 2) if res.task("switch_rounding", s)}
+    if not values:
+        return []
+    earlier = [[s, src, fmt(v, 3)] for s, src, v in EARLIER_SWITCH]
+    for arm, threads in (("D-curriculum", 1), ("D-steps", 2)):
+        for s in res.seeds(arm):
+            r = res.run(arm, s)
+            where = ", read from the committed report: another host" if r.get("from_report") else ""
+            earlier.append([str(s), f"{threads} thread{'s' * (threads > 1)}, {r['started'][:10]} (this study's "
+                            f"{arm} run{where})", fmt(res.final(arm, s).get("stage0/digit_acc"), 3)])
+    return render_switch_rounding(values, earlier)
+
+
+def render_switch_rounding(values: dict, earlier: list[list]) -> list[str]:
+    """values: seed -> task value; earlier: rows [seed, source, switch acc] measured by other runs."""
+    v0 = next(iter(values.values()))
+    rows = [[str(v["seed"]), r["variant"], fmt(r["switch_acc"], 3)] for v in values.values() for r in v["rows"]]
+    return ["### Accuracy at the switch is a rounding-sensitive quantity (task `switch_rounding`)", "",
+            "Issue 44 found seed 2's per-digit accuracy at the curriculum switch (after 1,000 N=16 steps) at 0.859 in "
+            "one run and 0.721 in another with the same settings. Stage 1 rerun through the platform's runner with "
+            "the same code, config and seed, changing only the floating-point kernels, on this machine "
+            f"({v0['cpu']}, torch {v0['torch']}, native kernels {v0['isa']}):", "",
+            *md_table(["seed", "kernels", "acc at switch"], rows + earlier),
+            "Each figure is deterministic on one machine and setting (a rerun repeats it), but any change in "
+            "rounding (instruction set, the thread split of a reduction, another host's CPU) sends the 1,000 Adam "
+            "steps to a different point: the spread across kernels is the size of the 0.859 / 0.721 gap. The two "
+            "earlier runs ran on other hosts of this pool; their figures are not a code or config difference: "
+            "checked by hand on this machine (2026-12-06, seed 2, 1 thread, `fit` called directly), the code at "
+            "8f36216 (the 0.859 run's) and at 7ae5b3d (the 0.721 run's) give the same 0.814 as this code. Claim D reads every seed's run at its own switch, so a "
+            "seed's verdict can differ between machines.", ""]
 
 
 def render_rank1(v: dict | None) -> list[str]:

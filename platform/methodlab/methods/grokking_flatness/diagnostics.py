@@ -125,3 +125,53 @@ def official_comparison() -> list[str]:
             "class means meet, so nothing but lambda's size keeps collapse-prevent from running away (the issue-22 "
             "dev-seed runs, reports/legacy/grokking_flatness.md: lambda 1e-2 diverged within 300 steps, CDNV 1.6e9; "
             "not rerun here). The study keeps the official 1e-3.", ""]
+
+
+# Issue 44 (a FAIL needs the official code on the point in question): claims B2 (RF), C1 and D1 (anti-flat) against
+# TrustworthyMachineLearning-Lab/grokking_flatness at 2b7827d (2025-12-01, the one commit with code). Read, not run.
+FLATNESS_ROWS = (
+    ("RF: weights and formula (B2)", "`grokking_nc_rf/grok/training.py` `training_step`: the bias-free readout; "
+     "||W||_F^2 * sum_k p_k (1 - p_k) * ||phi||^2 per sample, the closed-form trace of the last layer's cross-entropy "
+     "Hessian (no sampling)", "`measures.relative_flatness_trace` on the bias-free readout `W`, the same closed form",
+     "matches (the official readout carries 139 unused vocabulary rows in ||W||_F and the softmax)"),
+    ("RF: logits and features (B2)", "p = softmax of the element-wise product of the two answer-side logit vectors; "
+     "phi = both positions' final states concatenated", "`rf_position=answer` (the study's): softmax of the answer "
+     "logits and its state; `official_pair` reproduces the official quantity, not run by the study", "differs"),
+    ("RF: data, state, logging (B2)", "every minibatch of a logged epoch, before its step (about 4 weight states per "
+     "value at train fraction 0.2), averaged in the plotting notebook; logs every epoch to 200, then x1.01 apart; no "
+     "smoothing; no code computes a steepest drop or t_gen", "the full train set after the step, one state; every 50 "
+     "steps (CPU study), x1.01 after step 2,000 (paper.yaml)", "nearly matches; the B2 statistic is the spec's, with "
+     "no official counterpart"),
+    ("anti-flat form (C1, D1)", "`rf_resnet18/training_utils.py` `train` (also ViT, GPT-2, BERT): CE - lambda * "
+     "mean(||W||_F^2 * sum p~(1 - p~) * ||phi / ||phi|| ||^2), p~ = softmax(z / tau); ||W||_F capped after every step",
+     "`measures.anti_flat_term`, `train.cap_norm_`", "matches"),
+    ("anti-flat on the grokking transformer (C1)", "none: `grokking_nc_rf` parses `hessian_coeff`, `use_rglr` and "
+     "others, and no code reads them (`run_script.sh` as shipped fails argparse on them)", "our extension: lambda "
+     "1e-2, cap 150, off at step 2,000 of 13,000", "no official counterpart; the official runs switch off at half of "
+     "training, ours at 15 %"),
+    ("anti-flat budget (D1)", "ResNet-18: lambda 1e-2, tau 2, cap 50, SGD 1e-2 / 0.9, batch 64, off at epoch 200 of "
+     "400 (about 156,000 regularised steps), then lr x10, wd 2e-4, cosine; the plotted TinyBERT 'unplug' run's "
+     "folder names lambda 0.3", "`jobs/grokking_flatness/digits.yaml`: the same constants, off at step 500 of 1,000 (500 "
+     "regularised steps)", "differs: the same epochs-share, about 300x fewer regularised steps"),
+    ("grokking setup", "2 layers, 4 heads, d 128, no biases, AdamW (0.9, 0.98), wd 1.0 on every parameter (LayerNorm "
+     "gains too), lr 1e-4, batch 512, 1e5 steps, no clipping, one fixed split for every run", "paper.yaml / gpu.yaml: "
+     "the same but with biases and the split drawn per seed; the CPU study: 1 layer, lr 3e-3, wd on weight matrices, "
+     "clip 1, 13,000 steps", "paper.yaml nearly matches (GPU, not lent); the CPU study differs"),
+)
+
+
+def official_flatness() -> list[str]:
+    """Report section: the relative-flatness measure and the anti-flat regularizer against the official code."""
+    head = ["point", "official (2b7827d)", "ours", "verdict"]
+    return ["## Official code comparison: relative flatness and the anti-flat regularizer (issue 44)", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(row) + " |" for row in FLATNESS_ROWS), "",
+            "Reading (no run changes it): RF's formula and estimator are the official ones; B2's single-steepest-"
+            "interval reading has no official counterpart (the paper reads its figure), and the official curve "
+            "averages about 4 weight states per value where ours is one state, on the answer position rather than "
+            "the official product of both answer-side logits. D1 ran 500 regularised SGD steps where the official "
+            "ResNet recipe runs about 156,000, and the term only bites once ||W|| nears its cap, so a lambda of 1e-2 "
+            "has little time to act (the 0.6 side arm shows the effect); the paper's anti-flat anchor (TinyBERT on SST-5, "
+            "the spec's table) comes, by its folder name in the official notebook, from a lambda 0.3 run. C1 applies the term to a transformer, which the official grokking code never "
+            "does. Not run here: `rf_position=official_pair`, weight decay on every parameter, and a digits arm "
+            "with the official step count; the paper's transformer setting (paper.yaml, gpu.yaml) needs a GPU.", ""]

@@ -185,7 +185,7 @@ def _last5(r, s, arm):
 
 
 def sections(res) -> str:
-    from methodlab.methods.grokking_flatness.diagnostics import b2_section, official_comparison
+    from methodlab.methods.grokking_flatness.diagnostics import b2_section, official_comparison, official_flatness
 
     c, p = res.config("baseline"), res.config("collapse_prevent")
     seeds = [s for s in (*res.dev_seeds, *res.reported_seeds) if res.final("baseline", s)]
@@ -224,7 +224,7 @@ def sections(res) -> str:
             "lambda 0.6 is shown for context, not judged.", ""]
     out += md_table(["lambda", "seed", "smallest gap", "mean gap", "gap at epoch 100", "anti-flat final",
                      "unregularized final"], rows)
-    out += official_comparison()
+    out += official_comparison() + official_flatness()
     out += ["## Paper anchors", "",
             "The paper's Fig. 1 (2-layer model, train fraction 0.2, lr 1e-4, 1e5 steps) shows CDNV falling before "
             "generalisation and RF dropping steeply at its onset (visual readings, +-10 % on values, +-20 % on steps); "

@@ -390,7 +390,8 @@ def _history(study: Study, run_dir: Path) -> list[dict]:
     return [r for r in rows if set(r) - {"step"}]
 
 
-def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str, committed: Committed = NONE) -> dict[str, Any]:
+def collect(study: Study, runs_root: Path, tasks_root: Path, *, mode: str,
+            committed: Committed = NONE) -> dict[str, Any]:
     """Every figure the report reads, from the store (a run it lacks: from the committed report under the same
     key, marked `from_report`): per arm x seed the record (wall, memory, when, where), the final metrics and the
     metrics history; per task x seed its value and key; the recipe actually run (config of seed runs). Runs not

@@ -138,7 +138,6 @@ def switch_rounding(seed: int, inputs: dict, mode: str) -> dict:
     """Per-digit test accuracy at the curriculum switch for one seed under each of SWITCH_VARIANTS: the same code,
     config and seed, only the floating-point kernels (instruction set, thread split of reductions) changed."""
     import os
-    import platform
     import subprocess
     import sys
     from pathlib import Path
@@ -149,10 +148,18 @@ def switch_rounding(seed: int, inputs: dict, mode: str) -> dict:
         out = subprocess.run([sys.executable, "-c", _SWITCH_PROBE, str(job), str(seed), str(threads)],
                              env={**os.environ, **env}, capture_output=True, text=True, check=True)
         rows.append({"variant": name, "threads": threads, "switch_acc": float(out.stdout.strip().splitlines()[-1])})
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"seed": seed, "cpu": cpu, "isa": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-            "rows": rows}
+    return {"seed": seed, "cpu": _cpu_name(), "isa": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__, "rows": rows}
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else what the platform module knows."""
+    import platform
+    from pathlib import Path
+
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.processor())
 
 
 def steps_reading(res) -> list[str]:
@@ -207,8 +214,8 @@ def render_switch_rounding(values: dict, earlier: list[list]) -> list[str]:
             "steps to a different point: the spread across kernels is the size of the 0.859 / 0.721 gap. The two "
             "earlier runs ran on other hosts of this pool; their figures are not a code or config difference: "
             "checked by hand on this machine (2026-12-06, seed 2, 1 thread, `fit` called directly), the code at "
-            "8f36216 (the 0.859 run's) and at 7ae5b3d (the 0.721 run's) give the same 0.814 as this code. Claim D reads every seed's run at its own switch, so a "
-            "seed's verdict can differ between machines.", ""]
+            "8f36216 (the 0.859 run's) and at 7ae5b3d (the 0.721 run's) give the same 0.814 as this code. Claim D "
+            "reads every seed's run at its own switch, so a seed's verdict can differ between machines.", ""]
 
 
 def render_rank1(v: dict | None) -> list[str]:

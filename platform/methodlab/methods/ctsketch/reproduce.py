@@ -237,7 +237,6 @@ def _d(res) -> list[str]:
             "The N = 1024 headline is reached (or not) with a size curriculum (N = 16 first), not from scratch.", ""]
 
 
-
 def sections(res) -> str:
     from methodlab.methods.ctsketch.diagnostics import (official_comparison, render_mean_only, render_rank1,
                                                         switch_section)

@@ -151,8 +151,8 @@ FLATNESS_ROWS = (
      "training, ours at 15 %"),
     ("anti-flat budget (D1)", "ResNet-18: lambda 1e-2, tau 2, cap 50, SGD 1e-2 / 0.9, batch 64, off at epoch 200 of "
      "400 (about 156,000 regularised steps), then lr x10, wd 2e-4, cosine; the plotted TinyBERT 'unplug' run's "
-     "folder names lambda 0.3", "`jobs/grokking_flatness/digits.yaml`: the same constants, off at step 500 of 1,000 (500 "
-     "regularised steps)", "differs: the same epochs-share, about 300x fewer regularised steps"),
+     "folder names lambda 0.3", "`jobs/grokking_flatness/digits.yaml`: the same constants, off at step 500 of 1,000 "
+     "(500 regularised steps)", "differs: the same epochs-share, about 300x fewer regularised steps"),
     ("grokking setup", "2 layers, 4 heads, d 128, no biases, AdamW (0.9, 0.98), wd 1.0 on every parameter (LayerNorm "
      "gains too), lr 1e-4, batch 512, 1e5 steps, no clipping, one fixed split for every run", "paper.yaml / gpu.yaml: "
      "the same but with biases and the split drawn per seed; the CPU study: 1 layer, lr 3e-3, wd on weight matrices, "
@@ -171,7 +171,7 @@ def official_flatness() -> list[str]:
             "averages about 4 weight states per value where ours is one state, on the answer position rather than "
             "the official product of both answer-side logits. D1 ran 500 regularised SGD steps where the official "
             "ResNet recipe runs about 156,000, and the term only bites once ||W|| nears its cap, so a lambda of 1e-2 "
-            "has little time to act (the 0.6 side arm shows the effect); the paper's anti-flat anchor (TinyBERT on SST-5, "
-            "the spec's table) comes, by its folder name in the official notebook, from a lambda 0.3 run. C1 applies the term to a transformer, which the official grokking code never "
-            "does. Not run here: `rf_position=official_pair`, weight decay on every parameter, and a digits arm "
+            "has little time to act (the 0.6 side arm shows the effect); the paper's anti-flat anchor (TinyBERT on "
+            "SST-5, the spec's table) comes, by its folder name in the official notebook, from a lambda 0.3 run. "
+            "C1 applies the term to a transformer, which the official grokking code never does. Not run here: `rf_position=official_pair`, weight decay on every parameter, and a digits arm "
             "with the official step count; the paper's transformer setting (paper.yaml, gpu.yaml) needs a GPU.", ""]

@@ -117,49 +117,20 @@ def mean_only_gradient(seed: int, inputs: dict, mode: str) -> dict:
     return {"rows": out}
 
 
-# Stage 1 of Claim D alone (1,000 N=16 steps, then one N=1024 step), through the platform's local runner as the
-# harness runs it, in a fresh interpreter: the kernel-dispatch variables are read when torch loads.
-_SWITCH_PROBE = """
-import json, sys, tempfile
-from methodlab.runners.local import run_local
-from methodlab.specs.files import load_job
-loaded = load_job(sys.argv[1], overrides=[f"scaling.cpus_per_worker={sys.argv[3]}", "time_budget_s=null",
-    "curriculum=[{N: 16, max_steps: 1000}, {N: 1024, max_steps: 1}]", f"seed={sys.argv[2]}"])
-with tempfile.TemporaryDirectory() as d:
-    print(json.dumps(run_local(loaded, "probe", d, quiet=True)["metrics"].get("stage0/digit_acc")))
-"""
-# forced instruction sets: ATen's CPU kernels, MKL and oneDNN (documented environment switches of each library)
-_AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-SWITCH_VARIANTS = (("this CPU's kernels, 1 thread", {}, 1), ("AVX2 kernels forced, 1 thread", _AVX2, 1),
-                   ("this CPU's kernels, 2 threads", {}, 2))
-
-
 def switch_rounding(seed: int, inputs: dict, mode: str) -> dict:
-    """Per-digit test accuracy at the curriculum switch for one seed under each of SWITCH_VARIANTS: the same code,
-    config and seed, only the floating-point kernels (instruction set, thread split of reductions) changed."""
-    import os
-    import subprocess
-    import sys
+    """Per-digit test accuracy at the curriculum switch (stage 1 of Claim D alone: 1,000 N=16 steps, then one N=1024
+    step) for one seed, through the platform's runner under each kernel variant (methodlab.reproduce.rounding): the
+    same code, config and seed, only the floating-point kernels (instruction set, thread split) changed."""
     from pathlib import Path
+
+    from methodlab.reproduce.rounding import cpu_description, final_metric_under_kernels
 
     job = Path(__file__).resolve().parents[4] / "jobs" / "ctsketch" / "sum1024_mnist_curriculum.yaml"
-    rows = []
-    for name, env, threads in SWITCH_VARIANTS:
-        out = subprocess.run([sys.executable, "-c", _SWITCH_PROBE, str(job), str(seed), str(threads)],
-                             env={**os.environ, **env}, capture_output=True, text=True, check=True)
-        rows.append({"variant": name, "threads": threads, "switch_acc": float(out.stdout.strip().splitlines()[-1])})
-    return {"seed": seed, "cpu": _cpu_name(), "isa": torch.backends.cpu.get_cpu_capability(),
-            "torch": torch.__version__, "rows": rows}
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo), else what the platform module knows."""
-    import platform
-    from pathlib import Path
-
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.exists() else []
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.processor())
+    rows = final_metric_under_kernels(str(job), ["time_budget_s=null", f"seed={seed}",
+                                                 "curriculum=[{N: 16, max_steps: 1000}, {N: 1024, max_steps: 1}]"],
+                                      "stage0/digit_acc")
+    return {"seed": seed, **cpu_description(),
+            "rows": [{"variant": r["variant"], "threads": r["threads"], "switch_acc": r["value"]} for r in rows]}
 
 
 def steps_reading(res) -> list[str]:

@@ -136,7 +136,7 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
     lines.append(f"Rendered by `methodlab reproduce {study.slug}{flag}` from the run store (every figure below is in "
                  f"`{study.slug}.json`; `--render-only` redraws this file from it).")
     n_runs = sum(len(a) for a in data["runs"].values())
-    n_report = sum(bool(r.get("from_report")) for a in data["runs"].values() for r in a.values())
+    n_report = runs_from_report(data)
     if n_report:
         lines.append(f"{n_report} of its {n_runs} runs were read from the report committed before this render, under "
                      "the keys this code and these configs give (the same runs; marked * in the runs table), not "
@@ -208,6 +208,11 @@ def render_markdown(study: Study, data: dict, claims: list[dict], plots: list[st
     for p in plots:
         lines += ["", f"![{p}]({p})"]
     return "\n".join(lines) + "\n"
+
+
+def runs_from_report(data: dict) -> int:
+    """How many of the report data's runs were read from the committed report (harness.Committed), not the store."""
+    return sum(bool(r.get("from_report")) for a in data["runs"].values() for r in a.values())
 
 
 def max_concurrent(data: dict) -> int:

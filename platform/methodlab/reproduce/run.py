@@ -75,7 +75,7 @@ def reproduce(study: Study, *, out_dir: str | Path | None = None, storage: str |
     if not from_store:
         harness.run_tasks(study, tasks_root, runs_root, seeds=seeds, mode=mode, log=log, committed=committed)
     data = harness.collect(study, runs_root, tasks_root, mode=mode, committed=committed)
-    reused = sum(bool(r.get("from_report")) for a in data["runs"].values() for r in a.values())
+    reused = report.runs_from_report(data)
     if reused:
         log(f"{study.slug}: {reused} runs read from the committed report {committed.source} (same keys), not rerun")
     md = report.render(study, data, out)

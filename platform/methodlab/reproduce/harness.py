@@ -162,7 +162,6 @@ def dependency_overrides(study: Study, arm: Arm, seed: int, mode: str, runs_root
                          committed: Committed = NONE) -> tuple[str, ...]:
     """field=<newest checkpoint of the needed arm's run for this seed>; for a dependency the committed report
     holds but the store does not, the path its last checkpoint had (which is what the dependent's key holds)."""
-    from methodlab.core.checkpoint import latest_checkpoint
     from methodlab.runners.lifecycle import CHECKPOINTS_DIR, checkpoint_dir_name
 
     extra = []
@@ -170,7 +169,7 @@ def dependency_overrides(study: Study, arm: Arm, seed: int, mode: str, runs_root
         dep = study.arm(dep_id)
         loaded, _ = load_arm(dep, seed, mode, dependency_overrides(study, dep, seed, mode, runs_root, committed))
         dep_key = store.run_key(loaded, dep.id)
-        ck = latest_checkpoint(runs_root / dep_key / CHECKPOINTS_DIR)
+        ck = _last_checkpoint(runs_root / dep_key)
         held = committed.runs.get(dep_key) or {}
         if ck is None and held:  # the path its last checkpoint had, in the store it ran in (older reports: by step)
             step = held.get("final", {}).get("step")

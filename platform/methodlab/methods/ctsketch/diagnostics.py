@@ -133,13 +133,18 @@ def switch_rounding(seed: int, inputs: dict, mode: str) -> dict:
             "rows": [{"variant": r["variant"], "threads": r["threads"], "switch_acc": r["value"]} for r in rows]}
 
 
+def stage2(final: dict) -> tuple[int, float]:
+    """(steps, training seconds) of a two-stage run's second stage, from its final record."""
+    return (final["step"] - (final.get("stage0/steps") or 0),
+            final["time/train_s"] - (final.get("stage0/train_s") or 0.0))
+
+
 def steps_reading(res) -> list[str]:
     """Issue 44 item 2: does the spec's full step budget (arm D-steps) separate seed 2's digit 5?"""
     f, w = res.final("D-steps", 2), res.final("D-curriculum", 2)
     if f is None:
         return []
-    s2 = {s: res.final("D-steps", s)["time/train_s"] - res.final("D-steps", s)["stage0/train_s"]
-          for s in res.seeds("D-steps")}
+    s2 = {s: stage2(res.final("D-steps", s))[1] for s in res.seeds("D-steps")}
     n_wall = "" if w is None else f" against the {w['step'] - w['stage0/steps']:,} of its wall-budgeted run"
     return [f"At the spec's step count (arm D-steps: 3,200 N=1024 steps{n_wall}; stage 2 took "
             + " / ".join(f"{v:.0f}" for v in s2.values()) + " s of training on seeds "

@@ -204,17 +204,16 @@ def _e(res) -> list[str]:
 
 
 def _d(res) -> list[str]:
-    from methodlab.methods.ctsketch.diagnostics import steps_reading
+    from methodlab.methods.ctsketch.diagnostics import stage2, steps_reading
 
     rows, weak = [], []
     for arm in ("D-curriculum", "D-control", "D-nocurriculum", "D-steps", "D-steps-control"):
         for s in res.seeds(arm):
             f = res.final(arm, s)
-            s1, t1 = f.get("stage0/steps") or 0, f.get("stage0/train_s") or 0.0
-            n2 = f["step"] - s1
+            n2, t2 = stage2(f)
             rows.append([f"{_label(res, arm)}, seed {s}", fmt(f.get("stage0/steps"), 0), fmt(f.get("stage0/train_s"), 0),
                          fmt(f.get("stage0/digit_acc"), 3), fmt(f.get("stage0/e"), 4), fmt(n2, 0),
-                         fmt(f["time/train_s"] - t1, 0), fmt((f["time/train_s"] - t1) / max(1, n2), 2), fmt(f[ACC], 3),
+                         fmt(t2, 0), fmt(t2 / max(1, n2), 2), fmt(f[ACC], 3),
                          fmt(f.get("eval/e"), 4), fmt(f.get("eval/e_centered"), 4), fmt(err_ratio(res, arm, s), 3),
                          fmt(reach_s(res, arm, s), 0)])
             low = [k for k in range(10) if f.get(f"eval/class_acc_{k}", 1.0) < 0.5]

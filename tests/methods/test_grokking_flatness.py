@@ -219,3 +219,35 @@ def test_digits_claim_reads_every_epoch_of_the_regularized_phase():
     r = _results({"digits-baseline": b, "digits-anti_flat": a}, {"digits-anti_flat": {"cancel_step": 15}})
     assert [round(g, 6) for _, g in R.digits_gaps(r, 0)] == [40.0, 5.0, 30.0]
     assert R.d_gap(r, 0) == pytest.approx(5.0) and R.d_final(r, 0) == pytest.approx(2.0)
+
+
+def test_d1_probe_reads_its_own_unregularized_twin_and_the_rf_ratio_at_the_phase_end():
+    """The step-count probe's gaps are against `digits-baseline-long` (not the 500-step baseline), over the logs up
+    to its own cancel step; the RF ratio is read at the phase's last log; the section renders only what ran."""
+    from methodlab.methods.grokking_flatness import diagnostics as D
+
+    b = [{"step": s, "val/accuracy": 0.9, "rf": 10.0} for s in (500, 1000, 1500)]
+    wrong = [{"step": s, "val/accuracy": 0.5, "rf": 10.0} for s in (500, 1000, 1500)]
+    a = [{"step": s, "val/accuracy": v, "rf": rf} for s, v, rf in ((500, 0.85, 20.0), (1000, 0.7, 300.0),
+                                                                  (1500, 0.89, 5.0))]
+    r = _results({"digits-baseline-long": b, "digits-baseline": wrong, "digits-anti_flat-long": a},
+                 {"digits-anti_flat-long": {"cancel_step": 1000, "lam": 0.01, "max_steps": 1500, "log_every": 500}})
+    assert [round(g, 6) for _, g in D.digits_gaps(r, 0, "digits-anti_flat-long", "digits-baseline-long")] == [5.0, 20.0]
+    row = D._d1_probe_rows(r)[0]
+    assert row[1:7] == ["5.0", "12.5", "20.0", "20.0", "1 / 2", "30"]  # RF 300 / 10 at step 1,000, not 5 / 10
+    text = "\n".join(D.probe_section(r))
+    assert "D1 at the official step count" in text and "B2 on the official RF quantity" not in text
+    assert D.probe_section(_results({"digits-baseline": wrong})) == []
+
+
+def test_rf_position_changes_the_measure_not_the_training():
+    """The B2 probe's premise: `baseline-official_pair` trains exactly as the baseline on the same host (only the
+    logged RF differs), so a t_gen gap between the two in the report is the hosts' rounding, not the measure."""
+    base = {**Config.smoke, "max_steps": 100, "log_every": 25, "reg": "none"}
+    hist = {}
+    for pos in ("answer", "official_pair"):
+        hist[pos] = []
+        fit(Config(**base, rf_position=pos), RunContext(report_fn=lambda m, c, h=hist[pos]: h.append(m)))
+    for a, b in zip(hist["answer"], hist["official_pair"]):
+        assert (a["train/loss"], a["val/accuracy"], a["w_norm"]) == (b["train/loss"], b["val/accuracy"], b["w_norm"])
+    assert hist["answer"][-1]["rf"] != hist["official_pair"][-1]["rf"]

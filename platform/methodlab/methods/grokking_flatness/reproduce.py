@@ -7,6 +7,8 @@ and collapse-encourage (lambda 1e-1, raised as the spec allows). The collapse ar
 val reaches 95 % (at most 22,000 = 2 x the slowest baseline t_gen), so Claim C's window [0.5, 2] x t_gen is observable.
 Digits arms, jobs/grokking_flatness/digits.yaml: MLP on sklearn digits, unregularized vs anti-flat at the spec's lambda
 1e-2 (off after 100 epochs); the issue-22 lambda 0.6 runs beside them, not a claim. Seeds 10-12, then 0-2.
+Probes (issue 44; not claims, skipped by --quick): `baseline-official_pair` (B2 read on the official RF quantity) and
+`digits-*-long` (D1 with the official recipe's ~156,000 regularised steps).
 --full: the paper's run (paper.yaml / gpu.yaml: 2 layers, lr 1e-4, 1e5 steps, no clip, decay on every parameter,
 log-spaced logs, one GPU in bf16) for every transformer arm."""
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from methodlab.methods.grokking_flatness.diagnostics import drop_offset
+from methodlab.methods.grokking_flatness.diagnostics import digits_gaps, drop_offset
 from methodlab.methods.grokking_flatness.summary import train_acc_at, value_at
 from methodlab.reproduce import Arm, Claim, Study
 from methodlab.reproduce.plots import pyplot, save_figure
@@ -36,6 +38,9 @@ REGS = {"baseline": ("reg=none",),
 FULL_OF = {"anti_flat": ("cancel_step=null",), "collapse_prevent": ("stop_not_before=100000",),
            "collapse_encourage": ("stop_not_before=100000",)}
 QUICK_OF = {"collapse_prevent": ("stop_not_before=800",), "collapse_encourage": ("stop_not_before=800",)}
+# Issue-44 probes (not claims; diagnostics.probe_section): D1 with the official ResNet recipe's ~156,000 regularised
+# steps (782 steps an epoch x 200 epochs) instead of 500; B2 with RF logged as the official grokking code logs it
+LONG = ("max_steps=157000", "cancel_step=156000", "log_every=500", "checkpoint_every=26000")
 COLORS = {"baseline": "k", "anti_flat": "tab:red", "collapse_prevent": "tab:blue", "collapse_encourage": "tab:green"}
 INF = math.inf
 
@@ -48,7 +53,13 @@ def _arms() -> tuple[Arm, ...]:
     return (*grok, Arm("digits-baseline", DIGITS, ("reg=none",), label="digits MLP, unregularized"),
             Arm("digits-anti_flat", DIGITS, (), label="digits MLP, anti-flat lambda 1e-2 (spec)"),
             Arm("digits-anti_flat-lam0.6", DIGITS, ("lam=0.6",), seeds="reported",
-                label="digits MLP, anti-flat lambda 0.6 (issue-22 calibration; not a claim)"))
+                label="digits MLP, anti-flat lambda 0.6 (issue-22 calibration; not a claim)"),
+            Arm("baseline-official_pair", JOB, (*REGS["baseline"], "rf_position=official_pair", "torch_threads=1",
+                "scaling.cpus_per_worker=1"), skip_quick=True, label="baseline, RF as the official code logs it (probe)"),
+            Arm("digits-baseline-long", DIGITS, ("reg=none", *LONG), skip_quick=True,
+                label="digits MLP, unregularized, 157,000 steps (probe)"),
+            Arm("digits-anti_flat-long", DIGITS, LONG, skip_quick=True,
+                label="digits MLP, anti-flat lambda 1e-2 for 156,000 steps (the official count; probe)"))
 
 
 def _m(r, arm, s, key):
@@ -105,15 +116,6 @@ def cdnv_ratio(arm):
         end = hb[-1]["step"]
         return value_at(ha, "cdnv", end) / hb[-1]["cdnv"] if ha[-1]["step"] >= end else INF
     return value
-
-
-def digits_gaps(r, s, arm="digits-anti_flat") -> list[tuple[int, float]]:
-    """(step, unregularized - anti-flat test accuracy in points) at every log of the regularized phase."""
-    hb, ha, cancel = r.history("digits-baseline", s), r.history(arm, s), r.config(arm).get("cancel_step")
-    if not hb or not ha or cancel is None:
-        return []
-    return [(x["step"], 100 * (value_at(hb, "val/accuracy", x["step"]) - x["val/accuracy"])) for x in ha
-            if x["step"] <= cancel]
 
 
 def d_gap(r, s):
@@ -185,7 +187,8 @@ def _last5(r, s, arm):
 
 
 def sections(res) -> str:
-    from methodlab.methods.grokking_flatness.diagnostics import b2_section, official_comparison, official_flatness
+    from methodlab.methods.grokking_flatness.diagnostics import (b2_section, official_comparison, official_flatness,
+                                                                  probe_section)
 
     c, p = res.config("baseline"), res.config("collapse_prevent")
     seeds = [s for s in (*res.dev_seeds, *res.reported_seeds) if res.final("baseline", s)]
@@ -224,7 +227,7 @@ def sections(res) -> str:
             "lambda 0.6 is shown for context, not judged.", ""]
     out += md_table(["lambda", "seed", "smallest gap", "mean gap", "gap at epoch 100", "anti-flat final",
                      "unregularized final"], rows)
-    out += official_comparison() + official_flatness()
+    out += official_comparison() + official_flatness() + probe_section(res)
     out += ["## Paper anchors", "",
             "The paper's Fig. 1 (2-layer model, train fraction 0.2, lr 1e-4, 1e5 steps) shows CDNV falling before "
             "generalisation and RF dropping steeply at its onset (visual readings, +-10 % on values, +-20 % on steps); "

@@ -420,3 +420,20 @@ def test_shared_scan_sampling_draws_one_clean_sample_and_k_noises():
     d_shared = np.abs(shared[0] - shared[1]).mean()
     d_fresh = np.abs(fresh[0] - fresh[1]).mean()
     assert d_shared < 0.04 < d_fresh  # noise differences (~2 x 0.02 x 0.8) vs different points on the sphere
+
+
+def test_claim1_table_reads_the_spec_step_arm_on_both_seed_sets():
+    """Issue 44 (iii): the '400 steps' rows of the point-count table are the ucan-400 arm (the spec's step count),
+    dev seeds and reported seeds apart, with 1a / 1b's ratios against the same denominators as the claims."""
+    from methodlab.methods.ucan import diagnostics as D
+    from methodlab.methods.ucan.reproduce import study
+    from methodlab.reproduce.report import Results
+    from methodlab.reproduce.tables import fmt
+
+    final = lambda p: {"final": {"test/p2s": p, "val/p2s": p, "test/cd": 1e-4}}  # noqa: E731
+    runs = {"noisy": {"0": final(0.02)}, **{f"knn{i}": {"0": final(0.01 * i)} for i in (1, 2, 3)},
+            "ucan-400": {str(s): final(v) for s, v in ((0, 0.011), (1, 0.012), (2, 0.013))}}
+    res = Results({"runs": runs, "tasks": {}, "recipes": {}, "quick": False, "mode": "default"}, study())
+    rows = [r for r in D._claim1_rows(res) if "400 steps" in r[0]]
+    assert [r[2] for r in rows] == ["10, 11, 12", "0, 1, 2"] and rows[0][3] == "not run"
+    assert rows[1][5] == fmt(0.012 / 0.02, 3) and rows[1][7] == fmt(0.012 / 0.01, 3)  # knn1: lowest val P2S

@@ -346,6 +346,7 @@ def official(res) -> list[str]:
           "takes minutes on one thread), so the development arm `official-opt` runs its optimiser, schedule and fixed "
           "budget (AdamW, warm-up over 20 % then cosine to 0, no early stopping, best October NLL after the warm-up) on "
           "the flights claim's recipe otherwise (batch 32, 10 epochs = 260 steps, lr 5e-3)."]
+    L += _budget(res)
     rr = _runs(res, "official-opt")
     if rr:
         gains = [_gain(f) for _, f, _ in rr]
@@ -358,3 +359,18 @@ def official(res) -> list[str]:
               f"On the development seeds the research code's optimiser and schedule give thr - argmax {_avg(gains):+.3f} "
               f"(bar +0.02): {'at or above' if _avg(gains) >= 0.02 else 'below'} the bar."]
     return L
+
+
+def _budget(res) -> list[str]:
+    """Issue 44 (iii): the spec's epoch budget for the flights claim, priced from this study's own IFNMTPP runs."""
+    rr = [(f["epoch"], t) for _, f, t in _runs(res, "flights-ifn") if f and f.get("epoch")]
+    if not rr:
+        return []
+    per = [t / e for e, t in rr]
+    lo, hi = 60 * min(per) / 3600, 200 * max(per) / 3600
+    return ["", f"The spec's epoch budget (at least 60 epochs, then early stopping with patience >= 10, up to 200) "
+            f"was not run for the flights claim: its IFNMTPP runs here took {min(per):.0f}-{max(per):.0f} s an epoch "
+            f"on one thread (wall / epochs of the `flights-ifn` runs), so that budget is {lo:.1f}-{hi:.1f} hours "
+            "per seed and model on this 2-core machine. It is sized for a GPU (`methodlab run "
+            "jobs/mtpp_threshold/flights.yaml min_epochs=60 max_epochs=200 patience=10 scaling.use_gpu=true`), "
+            "and no GPU was lent to this project's sessions."]

@@ -238,32 +238,44 @@ def _first_divergence(a: list[dict], b: list[dict]) -> int | None:
     return None
 
 
-def _b2_probe_rows(res, arm="baseline-official_pair") -> list[list]:
-    rows = []
+def _b2_probe(res, arm="baseline-official_pair") -> dict[int, dict]:
+    """Per seed of the official-RF twin: its t_gen, steepest drop, B2 offset and RF profile, beside the baseline's."""
+    out = {}
     for s in res.seeds(arm):
         t_mem, t_gen = res.metric(arm, s, "t_mem"), res.metric(arm, s, "t_gen")
         if t_gen is None:
             continue
-        drop, p = res.metric(arm, s, "rf_drop_step"), rf_profile(res.history(arm, s), t_mem, t_gen)
-        claim = drop_offset(res.metric("baseline", s, "rf_drop_step"), res.metric("baseline", s, "t_gen"))
-        split = _first_divergence(res.history(arm, s), res.history("baseline", s))
-        rows.append([s, fmt(t_gen, 0), fmt(res.metric("baseline", s, "t_gen"), 0), fmt(split, 0), fmt(drop, 0),
-                     fmt(drop_offset(drop, t_gen), 2), fmt(claim, 2),
+        drop = res.metric(arm, s, "rf_drop_step")
+        out[s] = {"t_gen": t_gen, "drop": drop, "offset": drop_offset(drop, t_gen),
+                  "profile": rf_profile(res.history(arm, s), t_mem, t_gen),
+                  "base_t_gen": res.metric("baseline", s, "t_gen"),
+                  "claim": drop_offset(res.metric("baseline", s, "rf_drop_step"), res.metric("baseline", s, "t_gen")),
+                  "split": _first_divergence(res.history(arm, s), res.history("baseline", s))}
+    return out
+
+
+def _b2_probe_rows(probe: dict[int, dict]) -> list[list]:
+    rows = []
+    for s, q in probe.items():
+        p = q["profile"]
+        rows.append([s, fmt(q["t_gen"], 0), fmt(q["base_t_gen"], 0), fmt(q["split"], 0), fmt(q["drop"], 0),
+                     fmt(q["offset"], 2), fmt(q["claim"], 2),
                      "—" if p is None else f"{fmt(p['jitter_before'], 2)} / {fmt(p['jitter_after'], 2)}",
                      "—" if p is None else p["later_as_steep"]])
     return rows
 
 
-def _b2_probe_reading(res, arm="baseline-official_pair") -> str:
-    off = {s: drop_offset(res.metric(arm, s, "rf_drop_step"), res.metric(arm, s, "t_gen")) for s in res.seeds(arm)}
-    off = {s: v for s, v in off.items() if v is not None}
+def _b2_probe_reading(res, probe: dict[int, dict]) -> str:
+    off = {s: q["offset"] for s, q in probe.items() if q["offset"] is not None}
     if not off:
         return ""
     near = [s for s, v in off.items() if v <= 0.2]
     text = (f"Reading: on the official RF quantity B2's offset is {min(off.values()):.2f}-{max(off.values()):.2f} "
             f"(bar <= 0.2), within the bar on {len(near)} of {len(off)} seeds"
             + (f" ({', '.join(map(str, near))})" if near else ""))
-    jit = [_jitter(res, a) for a in (arm, "baseline")]
+    base = [rf_profile(res.history("baseline", s), res.metric("baseline", s, "t_mem"),
+                       res.metric("baseline", s, "t_gen")) for s in res.seeds("baseline")]
+    jit = [_jitter([q["profile"] for q in probe.values()]), _jitter(base)]
     if None not in jit:
         text += (f"; the median change of log10 RF from one log to the next is {jit[0]:.2f} on the official quantity "
                  f"against {jit[1]:.2f} at the answer position")
@@ -273,18 +285,16 @@ def _b2_probe_reading(res, arm="baseline-official_pair") -> str:
                   "not what fails B2."
 
 
-def _jitter(res, arm) -> float | None:
-    """The median over seeds of rf_profile's median log10 change per log (before and after t_gen pooled)."""
-    v = []
-    for s in res.seeds(arm):
-        p = rf_profile(res.history(arm, s), res.metric(arm, s, "t_mem"), res.metric(arm, s, "t_gen"))
-        v += [x for x in ((p or {}).get("jitter_before"), (p or {}).get("jitter_after")) if x is not None]
+def _jitter(profiles: list[dict | None]) -> float | None:
+    """The median of rf_profile's median log10 change per log over these profiles (before and after t_gen pooled)."""
+    v = [x for p in profiles if p for x in (p.get("jitter_before"), p.get("jitter_after")) if x is not None]
     return _median(v) if v else None
 
 
 def probe_section(res) -> list[str]:
     """Report section: the issue-44 probes beside D1 and B2 (side arms, not claims)."""
-    d1, b2 = _d1_probe_rows(res), _b2_probe_rows(res)
+    probe = _b2_probe(res)
+    d1, b2 = _d1_probe_rows(res), _b2_probe_rows(probe)
     if not d1 and not b2:
         return []
     cfg = res.config("digits-anti_flat-long")
@@ -315,5 +325,5 @@ def probe_section(res) -> list[str]:
                 "", *md_table(["seed", "t_gen", "baseline t_gen", "first log differing from the baseline run",
                                "steepest RF drop", "B2 offset (official RF)",
                                "B2 offset (claim)", "median log10 change per log, before / after t_gen",
-                               "later intervals as steep"], b2, nd=None), _b2_probe_reading(res), ""]
+                               "later intervals as steep"], b2, nd=None), _b2_probe_reading(res, probe), ""]
     return out

@@ -145,7 +145,7 @@ def steps_reading(res) -> list[str]:
     if f is None:
         return []
     s2 = {s: stage2(res.final("D-steps", s))[1] for s in res.seeds("D-steps")}
-    n_wall = "" if w is None else f" against the {w['step'] - w['stage0/steps']:,} of its wall-budgeted run"
+    n_wall = "" if w is None else f" against the {stage2(w)[0]:,} of its wall-budgeted run"
     return [f"At the spec's step count (arm D-steps: 3,200 N=1024 steps{n_wall}; stage 2 took "
             + " / ".join(f"{v:.0f}" for v in s2.values()) + " s of training on seeds "
             + " / ".join(map(str, s2)) + ", one run at a time on both cores (seed 0 shared the machine with other "
